@@ -1,0 +1,340 @@
+"""One client connection: read requests, forward or answer them, return responses in order.
+
+Theory of operation
+-------------------
+Each accepted socket gets one :class:`ClientConnection` and one nursery.  The
+connection is routed to exactly one upstream broker: the bootstrap servers for
+a listener's bootstrap port, node N for the port that stands for node N.  The
+upstream connection is opened lazily, on the first request that must be
+forwarded, and dies with the client connection.
+
+Tasks in the nursery:
+
+* the *client reader* (the body of :meth:`ClientConnection.run`) frames the
+  incoming bytes, parses each header, asks the API's spec to inspect the
+  request, and either answers it locally or forwards the frame bytes as they
+  came (correlation ids are unchanged: the upstream connection is ours alone);
+* the *upstream reader* frames upstream responses, pairs each with the oldest
+  request in flight (a broker answers in order), rewrites it if the API says so,
+  and completes its slot.
+
+Ordering: every request that expects a response gets a :class:`_Slot` appended
+to ``_pending`` in arrival order, whether kgw answers it or the upstream does.
+:meth:`_flush` sends completed slots from the head only, so responses leave in
+request order even when a locally answered request overtakes upstream ones.
+Only one task sends to the client at a time (``_sending``); a second caller
+returns at once and the active sender picks its slot up.
+
+Failure containment: any protocol error, upstream failure or timeout raises
+:class:`CloseConnection`, which is logged once with the connection's fields and
+ends this connection only.  Every upstream request has a deadline (the
+gateway's request timeout plus the time the broker may hold it on purpose, such
+as a Fetch max wait); past it the client connection is closed, never left hanging.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import struct
+from collections import deque
+from typing import TYPE_CHECKING
+
+import trio
+
+from protocol.apis.api_versions import build_response as build_api_versions
+from protocol.apis.base import ApiSpec, RequestInfo
+from protocol.apis.registry import REGISTRY
+from protocol.codecs import CodecError
+from protocol.framing import NEED_DATA, FrameDecoder, FrameError
+from protocol.headers import HeaderError, RequestHeader, parse_request_header, read_uvarint, response_header
+from gateway.logs import fields
+from gateway.upstream import UpstreamUnavailable, open_upstream
+
+if TYPE_CHECKING:
+    from gateway.listeners import Listener
+
+__all__ = ["ClientConnection", "CloseConnection"]
+
+log = logging.getLogger("kgw.connection")
+_I32 = struct.Struct(">i")
+_RECV = 256 * 1024
+_MAX_RESPONSE = (1 << 31) - 1
+
+
+class CloseConnection(Exception):
+    """Ends this client connection; the message says why."""
+
+    def __init__(self, reason: str, metric: str = "protocol") -> None:
+        super().__init__(reason)
+        self.metric = metric
+
+
+class _Slot:
+    __slots__ = ("header", "spec", "data", "sent_at", "deadline")
+
+    def __init__(self, header: RequestHeader, spec: ApiSpec) -> None:
+        self.header = header
+        self.spec = spec
+        self.data: bytes | memoryview | None = None
+        self.sent_at = 0.0
+        self.deadline = math.inf
+
+
+class ClientConnection:
+    def __init__(self, listener: "Listener", stream: trio.SocketStream, peer: tuple[str, int], node_id: int | None):
+        self.listener = listener
+        self.gw = listener.gateway
+        self.stream = stream
+        self.peer = peer
+        self.node_id = node_id  # None: the bootstrap port
+        self.client_id: str | None = None
+        self._pending: deque[_Slot] = deque()
+        self._in_flight: deque[_Slot] = deque()  # forwarded, awaiting the upstream
+        self._sending = False
+        self._space = trio.Event()
+        self._upstream: trio.SocketStream | None = None
+        self._upstream_scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
+        self._max_in_flight = self.gw.config.limits.max_in_flight_per_connection
+        self._request_timeout_s = self.gw.config.upstream.request_timeout_ms / 1000.0
+        self._metrics = self.gw.metrics
+        self._listener_name = listener.name
+
+    # ------------------------------------------------------------------ entry
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._read_client()
+                nursery.cancel_scope.cancel()
+        except CloseConnection as e:
+            self._metrics.errors.labels(self._listener_name, "-", e.metric).inc()
+            log.info("closing client connection: %s", e, extra=self._fields())
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            log.debug("client connection broken", extra=self._fields())
+        finally:
+            if self._upstream is not None:
+                await trio.aclose_forcefully(self._upstream)
+
+    def _fields(self, header: RequestHeader | None = None) -> dict:
+        return fields(
+            listener=self._listener_name,
+            client=f"{self.peer[0]}:{self.peer[1]}",
+            client_id=self.client_id,
+            correlation_id=header.correlation_id if header else None,
+            api=REGISTRY[header.api_key].name if header and header.api_key in REGISTRY else None,
+        )
+
+    # ----------------------------------------------------------- client side
+    async def _read_client(self) -> None:
+        decoder = FrameDecoder(self.gw.config.limits.max_frame_bytes)
+        bytes_in = self._metrics.bytes_in.labels(self._listener_name)
+        to_upstream: list[memoryview] = []
+        while True:
+            data = await self.stream.receive_some(_RECV)
+            if not data:
+                if decoder.in_frame:
+                    log.info("client closed the connection in the middle of a request (%d bytes buffered)",
+                             decoder.buffered, extra=self._fields())
+                return
+            bytes_in.inc(len(data))
+            decoder.receive_data(data)
+            while True:
+                try:
+                    frame = decoder.next_frame()
+                except FrameError as e:
+                    raise CloseConnection(str(e), "frame") from None
+                if frame is NEED_DATA:
+                    break
+                await self._on_request(frame, to_upstream)
+            if to_upstream:
+                await self._send_upstream(to_upstream)
+                to_upstream.clear()
+
+    async def _on_request(self, frame: memoryview, to_upstream: list[memoryview]) -> None:
+        body = frame[4:]
+        try:
+            header = parse_request_header(body)
+        except HeaderError as e:
+            raise CloseConnection(f"unparseable request header: {e}", "header") from None
+        self.client_id = header.client_id
+        spec = REGISTRY.get(header.api_key)
+        if spec is None:
+            raise CloseConnection(f"unknown api key {header.api_key}", "unknown_api")
+        self._metrics.request(self._listener_name, spec.name).inc()
+        if header.api_key == 18:
+            # ApiVersions is answered even for versions kgw does not know (KIP-511).
+            await self._answer_api_versions(header, spec)
+            return
+        advertised = await self._advertised()
+        allowed = advertised.get(header.api_key)
+        if allowed is None or not allowed.min <= header.api_version <= allowed.max:
+            raise CloseConnection(
+                f"{spec.name} v{header.api_version} is not supported through kgw "
+                f"(advertised: {f'v{allowed.min}-v{allowed.max}' if allowed else 'none'})",
+                "unsupported_version",
+            )
+        try:
+            info = spec.inspect(header, body)
+        except CodecError as e:
+            raise CloseConnection(f"malformed {spec.name} v{header.api_version} request: {e}", "decode") from None
+        await self._forward(header, spec, info, frame, to_upstream)
+
+    async def _advertised(self):
+        try:
+            return await self.gw.advertised_versions()
+        except UpstreamUnavailable as e:
+            raise CloseConnection(str(e), "upstream") from None
+
+    async def _answer_api_versions(self, header: RequestHeader, spec: ApiSpec) -> None:
+        advertised = await self._advertised()
+        body = build_api_versions(header.api_version, advertised, self.gw.cluster.api_versions_response)
+        await self._answer_locally(header, spec, body)
+
+    async def _answer_locally(self, header: RequestHeader, spec: ApiSpec, body: bytes) -> None:
+        await self._wait_for_space()
+        slot = _Slot(header, spec)
+        head = response_header(header.api_key, header.flexible, header.correlation_id)
+        slot.data = _I32.pack(len(head) + len(body)) + head + body
+        self._pending.append(slot)
+        await self._flush()
+
+    async def _wait_for_space(self) -> None:
+        while len(self._pending) >= self._max_in_flight:
+            self._space = trio.Event()
+            await self._space.wait()
+
+    # ---------------------------------------------------------- upstream side
+    async def _forward(
+        self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, frame: memoryview, to_upstream: list
+    ) -> None:
+        if self._upstream is None:
+            if to_upstream:
+                await self._send_upstream(to_upstream)
+                to_upstream.clear()
+            await self._connect_upstream()
+        if info.expects_response:
+            await self._wait_for_space()
+            slot = _Slot(header, spec)
+            now = trio.current_time()
+            slot.sent_at = now
+            slot.deadline = now + self._request_timeout_s + info.broker_wait_s
+            self._pending.append(slot)
+            self._in_flight.append(slot)
+            if len(self._in_flight) == 1 and self._upstream_scope is not None:
+                self._upstream_scope.deadline = slot.deadline
+        to_upstream.append(frame)
+
+    async def _send_upstream(self, frames: list[memoryview]) -> None:
+        assert self._upstream is not None
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        try:
+            await self._upstream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
+            raise CloseConnection(f"upstream connection lost while sending: {e}", "upstream") from None
+
+    async def _connect_upstream(self) -> None:
+        cluster = self.gw.cluster
+        try:
+            if self.node_id is None:
+                stream = await cluster.connect_bootstrap()
+            else:
+                node = cluster.nodes.get(self.node_id)
+                if node is None:
+                    raise UpstreamUnavailable(f"upstream broker {self.node_id} is unknown")
+                stream = await open_upstream(node.host, node.port, cluster.connect_timeout_s)
+        except UpstreamUnavailable as e:
+            raise CloseConnection(str(e), "upstream") from None
+        self._upstream = stream
+        assert self._nursery is not None
+        self._nursery.start_soon(self._read_upstream, stream)
+
+    async def _read_upstream(self, stream: trio.SocketStream) -> None:
+        decoder = FrameDecoder(_MAX_RESPONSE)
+        in_flight = self._in_flight
+        while True:
+            deadline = in_flight[0].deadline if in_flight else math.inf
+            with trio.CancelScope(deadline=deadline) as scope:
+                self._upstream_scope = scope
+                try:
+                    data = await stream.receive_some(_RECV)
+                except (trio.BrokenResourceError, OSError) as e:
+                    raise CloseConnection(f"upstream connection lost: {e}", "upstream") from None
+            self._upstream_scope = None
+            if scope.cancelled_caught:
+                if in_flight and trio.current_time() >= in_flight[0].deadline:
+                    slot = in_flight[0]
+                    raise CloseConnection(
+                        f"upstream did not answer {slot.spec.name} (correlation id "
+                        f"{slot.header.correlation_id}) within {slot.deadline - slot.sent_at:.1f}s",
+                        "timeout",
+                    )
+                continue
+            if not data:
+                raise CloseConnection("upstream closed the connection", "upstream")
+            decoder.receive_data(data)
+            completed = False
+            while True:
+                try:
+                    frame = decoder.next_frame()
+                except FrameError as e:
+                    raise CloseConnection(f"bad frame from upstream: {e}", "upstream") from None
+                if frame is NEED_DATA:
+                    break
+                if not in_flight:
+                    raise CloseConnection("upstream sent a response nobody asked for", "upstream")
+                slot = in_flight.popleft()
+                self._complete(slot, frame)
+                completed = True
+            if completed:
+                await self._flush()
+
+    def _complete(self, slot: _Slot, frame: memoryview) -> None:
+        header = slot.header
+        (correlation_id,) = _I32.unpack_from(frame, 4)
+        if correlation_id != header.correlation_id:
+            raise CloseConnection(
+                f"upstream answered correlation id {correlation_id}, expected {header.correlation_id}", "upstream"
+            )
+        self._metrics.latency(slot.spec.name).observe(trio.current_time() - slot.sent_at)
+        rewrite = slot.spec.rewrite_response
+        if rewrite is None:
+            slot.data = frame
+            return
+        off = 8
+        if header.flexible:
+            count, off = read_uvarint(frame, off)
+            for _ in range(count):
+                _t, off = read_uvarint(frame, off)
+                size, off = read_uvarint(frame, off)
+                off += size
+        try:
+            body = rewrite(header.api_version, frame, off, self.listener.node_map)
+        except CodecError as e:
+            raise CloseConnection(f"cannot rewrite upstream {slot.spec.name} response: {e}", "upstream") from None
+        if body is None:
+            slot.data = frame
+        else:
+            head = bytes(frame[4:off])
+            slot.data = _I32.pack(len(head) + len(body)) + head + body
+
+    # ------------------------------------------------------------- responses
+    async def _flush(self) -> None:
+        """Send completed responses from the head of the queue, in request order."""
+        if self._sending:
+            return
+        self._sending = True
+        pending = self._pending
+        bytes_out = self._metrics.bytes_out.labels(self._listener_name)
+        try:
+            while pending and pending[0].data is not None:
+                batch = []
+                while pending and pending[0].data is not None:
+                    batch.append(pending.popleft().data)
+                self._space.set()
+                data = batch[0] if len(batch) == 1 else b"".join(batch)
+                await self.stream.send_all(data)
+                bytes_out.inc(len(data))
+        finally:
+            self._sending = False

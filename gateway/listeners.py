@@ -1,0 +1,137 @@
+"""Listeners: a bootstrap port plus one port per upstream broker, each serving client connections.
+
+Theory of operation
+-------------------
+A :class:`Listener` is one configured listener (name, security protocol, bind
+and advertised addresses).  It opens its bootstrap socket when the gateway
+starts it, and a node socket (see :mod:`gateway.routing`) for every upstream
+broker the cluster table reports, including brokers that appear later.  Node
+sockets are bound synchronously when a node is first seen, so a rewritten
+Metadata response never advertises a port that is not yet listening.
+
+Every accepted connection runs in the listener's handler nursery inside a
+guard that logs and swallows any exception: one connection's failure never
+reaches another connection or the gateway (unlike ``trio.serve_listeners``'s
+default).  Only the accept errors that mean "out of resources" are retried.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+from typing import TYPE_CHECKING
+
+import trio
+
+from gateway.connection import ClientConnection
+from gateway.logs import fields
+from gateway.routing import ListenerNodeMap, node_bind_port
+
+if TYPE_CHECKING:
+    from gateway.server import Gateway
+
+__all__ = ["Listener"]
+
+log = logging.getLogger("kgw.listener")
+_ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+
+
+def _bind(host: str, port: int) -> trio.socket.SocketType:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return trio.socket.from_stdlib_socket(sock)
+
+
+class Listener:
+    def __init__(self, gateway: "Gateway", config) -> None:
+        self.gateway = gateway
+        self.config = config
+        self.name: str = config.name
+        self.node_map = ListenerNodeMap(self)
+        self.bound_port: int | None = None
+        self._node_ports: dict[int, int] = {}
+        self._nursery: trio.Nursery | None = None
+        self._connections = 0
+
+    @property
+    def advertised_bootstrap(self) -> tuple[str, int]:
+        port = self.config.advertised_port or self.bound_port
+        return self.config.advertised_host, port
+
+    def has_node_port(self, node_id: int) -> bool:
+        return node_id in self._node_ports
+
+    async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Open the bootstrap socket and node sockets; report started once accepting."""
+        sock = _bind(self.config.host, self.config.port)
+        self.bound_port = sock.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._accept_loop, sock, None)
+            self.gateway.cluster.subscribe(self._open_node_port)
+            task_status.started(self.bound_port)
+
+    def _open_node_port(self, node_id: int) -> None:
+        if node_id in self._node_ports or self._nursery is None:
+            return
+        port = node_bind_port(self.config.broker_port_base, node_id)
+        if port is None:
+            log.error("listener %s cannot expose upstream broker %d: port %d+%d is out of range",
+                      self.name, node_id, self.config.broker_port_base, node_id)
+            return
+        try:
+            sock = _bind(self.config.host, port)
+        except OSError as e:
+            log.error("listener %s cannot bind %s:%d for upstream broker %d: %s",
+                      self.name, self.config.host, port, node_id, e.strerror or e)
+            return
+        self._node_ports[node_id] = port
+        log.info("listener %s serves upstream broker %d at %s:%d", self.name, node_id, self.config.host, port)
+        self._nursery.start_soon(self._accept_loop, sock, node_id)
+
+    async def _accept_loop(self, sock: trio.socket.SocketType, node_id: int | None) -> None:
+        with sock:
+            while True:
+                try:
+                    conn, addr = await sock.accept()
+                except OSError as e:
+                    if e.errno in _ACCEPT_CAPACITY_ERRNOS:
+                        log.error("accept on listener %s failed: %s; retrying in 100 ms", self.name, e)
+                        await trio.sleep(0.1)
+                        continue
+                    raise
+                stream = trio.SocketStream(conn)
+                if self._connections >= self.config.max_connections:
+                    log.warning("listener %s is at its limit of %d connections; refusing %s",
+                                self.name, self.config.max_connections, addr[0])
+                    self.gateway.metrics.errors.labels(self.name, "-", "connection_limit").inc()
+                    await trio.aclose_forcefully(stream)
+                    continue
+                assert self._nursery is not None
+                self._nursery.start_soon(self._handle, stream, addr, node_id)
+
+    async def _handle(self, stream: trio.SocketStream, addr, node_id: int | None) -> None:
+        metrics = self.gateway.metrics
+        self._connections += 1
+        metrics.connections_total.labels(self.name).inc()
+        active = metrics.connections_active.labels(self.name)
+        active.inc()
+        peer = (addr[0], addr[1])
+        try:
+            stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await ClientConnection(self, stream, peer, node_id).run()
+        except Exception:
+            log.exception("client connection failed", extra=fields(listener=self.name, client=f"{peer[0]}:{peer[1]}"))
+        finally:
+            self._connections -= 1
+            active.dec()
+            await trio.aclose_forcefully(stream)

@@ -1,0 +1,53 @@
+"""Structured logging: every line can carry listener, client address, client id, correlation id.
+
+Callers pass fields with ``extra={"kgw": {...}}``; the formatters render them
+as ``key=value`` pairs (text) or as JSON object members (json).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+__all__ = ["configure_logging", "fields"]
+
+
+def fields(**kv) -> dict:
+    """``logger.info(msg, extra=fields(listener=..., client=...))``"""
+    return {"kgw": kv}
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        base = f"{self.formatTime(record)} {record.levelname} {record.name}: {record.getMessage()}"
+        extra = getattr(record, "kgw", None)
+        if extra:
+            base += " " + " ".join(f"{k}={v}" for k, v in extra.items() if v is not None)
+        if record.exc_info:
+            base += "\n" + self.formatException(record.exc_info)
+        return base
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": round(record.created, 3),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        out.update({k: v for k, v in (getattr(record, "kgw", None) or {}).items() if v is not None})
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)

@@ -1,0 +1,221 @@
+"""The upstream cluster: where its brokers are and which API versions it speaks.
+
+Theory of operation
+-------------------
+kgw discovers brokers from upstream metadata, never from a hand-written list:
+at start-up, then every ``metadata_max_age_ms``, it asks a bootstrap server
+for ApiVersions and Metadata (no topics); and every broker address that passes
+through a client's Metadata, FindCoordinator or DescribeCluster response
+updates the same table (:meth:`UpstreamCluster.learn`).  Listeners subscribe to
+new node ids so they can open the gateway port that stands for a new broker.
+
+:func:`open_upstream` is the one place where connecting to an upstream broker
+happens, with the connect timeout applied and ``OSError`` translated into
+:class:`UpstreamUnavailable`.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Callable
+
+import trio
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.serial import entity_writer
+from kio.static.primitive import i16, i32
+
+from protocol.apis.api_versions import KIO_VERSIONS, VersionRange
+from protocol.codecs import decode_response, encode, request_class
+from protocol.framing import NEED_DATA, FrameDecoder
+from protocol.headers import read_uvarint
+
+__all__ = ["UpstreamCluster", "UpstreamNode", "UpstreamUnavailable", "open_upstream", "parse_host_port"]
+
+log = logging.getLogger("kgw.upstream")
+_I32 = struct.Struct(">i")
+KGW_CLIENT_ID = "kgw"
+
+
+class UpstreamUnavailable(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamNode:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+def parse_host_port(value) -> tuple[str, int]:
+    if isinstance(value, (tuple, list)):
+        return str(value[0]), int(value[1])
+    host, _, port = str(value).rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+async def open_upstream(host: str, port: int, timeout_s: float) -> trio.SocketStream:
+    try:
+        with trio.fail_after(timeout_s):
+            stream = await trio.open_tcp_stream(host, port)
+    except trio.TooSlowError:
+        raise UpstreamUnavailable(f"connecting to {host}:{port} timed out after {timeout_s:g}s") from None
+    except OSError as e:
+        raise UpstreamUnavailable(f"cannot connect to {host}:{port}: {e.strerror or e}") from None
+    stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return stream
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, body_entity) -> bytes:
+    cls = request_class(api_key, version)
+    out = io.BytesIO()
+    if cls.__flexible__:
+        entity_writer(RequestHeaderV2)(
+            out, RequestHeaderV2(request_api_key=i16(api_key), request_api_version=i16(version),
+                                 correlation_id=i32(correlation_id), client_id=KGW_CLIENT_ID)
+        )
+    else:
+        entity_writer(RequestHeaderV1)(
+            out, RequestHeaderV1(request_api_key=i16(api_key), request_api_version=i16(version),
+                                 correlation_id=i32(correlation_id), client_id=KGW_CLIENT_ID)
+        )
+    out.write(encode(body_entity))
+    body = out.getvalue()
+    return _I32.pack(len(body)) + body
+
+
+async def roundtrip(stream: trio.SocketStream, api_key: int, version: int, body_entity, timeout_s: float):
+    """Send one request kgw makes on its own behalf and decode its response."""
+    await stream.send_all(encode_request(api_key, version, 1, body_entity))
+    decoder = FrameDecoder(1 << 30)
+    with trio.fail_after(timeout_s):
+        while True:
+            frame = decoder.next_frame()
+            if frame is not NEED_DATA:
+                break
+            data = await stream.receive_some(65536)
+            if not data:
+                raise UpstreamUnavailable("upstream closed the connection")
+            decoder.receive_data(data)
+    off = 8  # length prefix + correlation id
+    if request_class(api_key, version).__flexible__ and api_key != 18:
+        count, off = read_uvarint(frame, off)
+        for _ in range(count):
+            _t, off = read_uvarint(frame, off)
+            size, off = read_uvarint(frame, off)
+            off += size
+    return decode_response(api_key, version, frame, off)
+
+
+class UpstreamCluster:
+    """What kgw knows of the upstream cluster, shared by all listeners and connections."""
+
+    def __init__(self, bootstrap_servers, connect_timeout_s: float, request_timeout_s: float) -> None:
+        self.bootstrap = [parse_host_port(b) for b in bootstrap_servers]
+        self.connect_timeout_s = connect_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.nodes: dict[int, UpstreamNode] = {}
+        self.versions: dict[int, VersionRange] | None = None
+        self.api_versions_response = None
+        self.cluster_id: str | None = None
+        self._subscribers: list[Callable[[int], None]] = []
+        self._refresh_lock = trio.Lock()
+
+    def subscribe(self, callback: Callable[[int], None]) -> None:
+        """``callback(node_id)`` is called for every node id, once when it is first seen."""
+        self._subscribers.append(callback)
+        for node_id in list(self.nodes):
+            callback(node_id)
+
+    def learn(self, node_id: int, host: str, port: int, rack: str | None = None) -> None:
+        node = UpstreamNode(node_id, host, port, rack)
+        old = self.nodes.get(node_id)
+        if old == node:
+            return
+        self.nodes[node_id] = node
+        if old is None:
+            log.info("discovered upstream broker %d at %s:%d", node_id, host, port)
+            for callback in self._subscribers:
+                callback(node_id)
+        else:
+            log.info("upstream broker %d moved from %s:%d to %s:%d", node_id, old.host, old.port, host, port)
+
+    async def connect_bootstrap(self) -> trio.SocketStream:
+        errors = []
+        for host, port in self.bootstrap:
+            try:
+                return await open_upstream(host, port, self.connect_timeout_s)
+            except UpstreamUnavailable as e:
+                errors.append(str(e))
+        raise UpstreamUnavailable("; ".join(errors))
+
+    async def refresh(self) -> None:
+        """Ask a bootstrap server for its API versions and brokers."""
+        async with self._refresh_lock:
+            stream = await self.connect_bootstrap()
+            async with stream:
+                response = await roundtrip(stream, 18, 0, request_class(18, 0)(), self.request_timeout_s)
+                if response.error_code != 0:
+                    raise UpstreamUnavailable(f"upstream ApiVersions failed with error {response.error_code}")
+                versions = {k.api_key: VersionRange(k.min_version, k.max_version) for k in response.api_keys}
+                # Ask again at the highest version both sides know, for the feature fields.
+                top = min(KIO_VERSIONS[18].max, versions.get(18, VersionRange(0, 0)).max)
+                if top > 0:
+                    cls = request_class(18, top)
+                    kw = {}
+                    if "client_software_name" in cls.__dataclass_fields__:
+                        kw = {"client_software_name": "kgw", "client_software_version": "0.1.0"}
+                    response = await roundtrip(stream, 18, top, cls(**kw), self.request_timeout_s)
+                self.versions = versions
+                self.api_versions_response = response
+                await self._refresh_metadata(stream, versions)
+
+    async def _refresh_metadata(self, stream, versions) -> None:
+        upstream = versions.get(3)
+        if upstream is None:
+            raise UpstreamUnavailable("upstream does not support Metadata")
+        version = min(KIO_VERSIONS[3].max, upstream.max)
+        cls = request_class(3, version)
+        kw = {"topics": ()}
+        fields = cls.__dataclass_fields__
+        if "allow_auto_topic_creation" in fields:
+            kw["allow_auto_topic_creation"] = False
+        for name in ("include_cluster_authorized_operations", "include_topic_authorized_operations"):
+            if name in fields:
+                kw[name] = False
+        response = await roundtrip(stream, 3, version, cls(**kw), self.request_timeout_s)
+        if getattr(response, "cluster_id", None):
+            self.cluster_id = response.cluster_id
+        for broker in response.brokers:
+            self.learn(broker.node_id, broker.host, broker.port, broker.rack)
+
+    async def refresh_forever(self, interval_s: float, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Refresh until cancelled; report started after the first success (or first failure)."""
+        started = False
+        while True:
+            try:
+                await self.refresh()
+            except (UpstreamUnavailable, trio.TooSlowError, OSError) as e:
+                log.warning("upstream metadata refresh failed: %s", e)
+                delay = min(interval_s, 2.0)
+            else:
+                delay = interval_s
+            if not started:
+                started = True
+                task_status.started()
+            await trio.sleep(delay)
+
+    async def ensure_versions(self) -> dict[int, VersionRange]:
+        if self.versions is None:
+            try:
+                await self.refresh()
+            except (UpstreamUnavailable, trio.TooSlowError, OSError) as e:
+                raise UpstreamUnavailable(f"upstream API versions unknown: {e}") from None
+        assert self.versions is not None
+        return self.versions

@@ -1,0 +1,102 @@
+"""ApiVersions (18): answered by kgw from what both the upstream and kgw can handle.
+
+Theory of operation
+-------------------
+A client negotiates every later request from this answer, so kgw advertises,
+per API key, the intersection of the upstream's range and the versions kio has
+schemas for (what kgw can decode).  APIs kgw answers itself are advertised with
+kio's range whatever the upstream says.  A request for an ApiVersions version
+kgw does not know is answered, as Kafka does (KIP-511), with a v0 body carrying
+UNSUPPORTED_VERSION and the supported ranges, so the client can retry lower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Mapping
+
+from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map, schema_name_map
+from kio.static.constants import EntityType
+from kio.static.primitive import i16
+
+from protocol.codecs import encode, response_class
+
+__all__ = ["KIO_VERSIONS", "VersionRange", "advertised_versions", "build_response", "API_VERSIONS"]
+
+API_VERSIONS = 18
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRange:
+    min: int
+    max: int
+
+
+def _kio_versions() -> Mapping[int, VersionRange]:
+    out = {}
+    for key, name in api_key_map.items():
+        versions = [v for v, kinds in schema_name_map[name].items() if EntityType.request in kinds]
+        if versions:
+            out[key] = VersionRange(min(versions), max(versions))
+    return MappingProxyType(out)
+
+
+#: every (API key -> version range) kio can decode
+KIO_VERSIONS: Mapping[int, VersionRange] = _kio_versions()
+
+
+def advertised_versions(
+    upstream: Mapping[int, VersionRange], local_keys: frozenset[int], handled_keys: frozenset[int]
+) -> dict[int, VersionRange]:
+    """API key -> range a client may use through kgw.
+
+    ``handled_keys`` are the API keys the registry can inspect (fails closed:
+    anything else is never advertised); ``local_keys`` are answered by kgw itself.
+    """
+    out: dict[int, VersionRange] = {}
+    for key, ours in KIO_VERSIONS.items():
+        if key not in handled_keys:
+            continue
+        if key in local_keys:
+            out[key] = ours
+            continue
+        theirs = upstream.get(key)
+        if theirs is None:
+            continue
+        lo, hi = max(ours.min, theirs.min), min(ours.max, theirs.max)
+        if lo <= hi:
+            out[key] = VersionRange(lo, hi)
+    return out
+
+
+def build_response(version: int, advertised: Mapping[int, VersionRange], upstream_response) -> bytes:
+    """Encode the ApiVersions response body for a request of ``version``."""
+    supported = KIO_VERSIONS[API_VERSIONS]
+    if version > supported.max:
+        version, error = 0, ErrorCode.unsupported_version
+    else:
+        error = ErrorCode.none
+    cls = response_class(API_VERSIONS, version)
+    key_cls = cls.__dataclass_fields__["api_keys"].type.__args__[0]
+    keys = tuple(
+        key_cls(api_key=i16(k), min_version=i16(r.min), max_version=i16(r.max)) for k, r in sorted(advertised.items())
+    )
+    fields = {"error_code": error, "api_keys": keys}
+    names = cls.__dataclass_fields__
+    if "throttle_time" in names:
+        fields["throttle_time"] = timedelta(0)
+    for name in ("supported_features", "finalized_features_epoch", "finalized_features", "zk_migration_ready"):
+        if name in names and upstream_response is not None and hasattr(upstream_response, name):
+            fields[name] = _convert(getattr(upstream_response, name), names[name].type)
+    return encode(cls(**fields))
+
+
+def _convert(value, target_type):
+    """Upstream features are decoded with the upstream's response version; rebuild for ours."""
+    if isinstance(value, tuple):
+        inner = target_type.__args__[0]
+        return tuple(inner(**{f: getattr(v, f) for f in inner.__dataclass_fields__}) for v in value)
+    return value

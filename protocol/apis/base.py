@@ -1,0 +1,58 @@
+"""What one API module tells the gateway: how to inspect a request, how to rewrite a response.
+
+Theory of operation
+-------------------
+Each API family has one module that exports :class:`ApiSpec` values; the
+registry (:mod:`protocol.apis.registry`) collects them into a read-only table
+keyed by API key.  A spec is sans-IO:
+
+* ``inspect(header, frame)`` decodes as much of the request as the gateway needs
+  (the resources it touches, whether a response is expected, how long the
+  broker may legitimately hold it) and returns a :class:`RequestInfo`.
+* ``rewrite_response(version, frame, body_offset, nodes)`` returns a new response
+  body, or ``None`` to forward the upstream's bytes untouched.  ``nodes`` is the
+  :class:`NodeMap` of the listener the client came in on: it learns upstream
+  broker addresses and answers which gateway address stands for a node id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from protocol.headers import RequestHeader
+from protocol.resources import TouchedResources
+
+__all__ = ["ApiSpec", "NodeMap", "RequestInfo", "RequestInspector", "ResponseRewriter"]
+
+
+class NodeMap(Protocol):
+    def learn(self, node_id: int, host: str, port: int, rack: str | None) -> None:
+        """Record an upstream broker's real address (seen in an upstream response)."""
+
+    def advertise(self, node_id: int) -> tuple[str, int] | None:
+        """The gateway address standing for ``node_id`` on this listener, or None if it has none."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    resources: TouchedResources = field(default_factory=dict)
+    expects_response: bool = True
+    #: seconds the broker may hold the request on purpose (Fetch max wait, JoinGroup rebalance)
+    broker_wait_s: float = 0.0
+    #: the decoded kio request when the module decoded it whole (None for hot-path walkers)
+    decoded: Any = None
+
+
+RequestInspector = Callable[[RequestHeader, memoryview], RequestInfo]
+ResponseRewriter = Callable[[int, memoryview, int, NodeMap], "bytes | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec:
+    api_key: int
+    name: str
+    inspect: RequestInspector
+    rewrite_response: ResponseRewriter | None = None
+    #: kgw answers this API itself and never forwards it
+    answered_locally: bool = False

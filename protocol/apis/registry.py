@@ -1,0 +1,68 @@
+"""The table of every API kgw handles, keyed by API key; it fails closed.
+
+Theory of operation
+-------------------
+Each API family module exports ``SPECS``; this module merges them over a
+generic spec for every other API kio has schemas for, and freezes the result
+in a ``MappingProxyType``.  An API key absent from the table is never
+advertised in ApiVersions and, if a client sends it anyway, its connection is
+closed, as a broker does for an API it does not know.  Inter-broker and
+controller APIs are deliberately absent: clients have no business sending
+them through a gateway.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping
+
+from kio.schema.index import api_key_map
+
+from protocol.apis import addresses, fetch, groups, produce
+from protocol.apis.base import ApiSpec
+from protocol.apis.generic import inspect_decoded
+
+__all__ = ["REGISTRY", "LOCAL_KEYS", "spec_for", "api_name"]
+
+#: APIs only brokers, controllers or share-group coordinators send to each other.
+_BROKER_INTERNAL = frozenset(
+    {
+        4, 5, 6, 7,  # LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown (pre-KRaft)
+        27,  # WriteTxnMarkers
+        52, 53, 54, 55, 56, 58, 59,  # Vote, Begin/EndQuorumEpoch, DescribeQuorum, AlterPartition, Envelope, FetchSnapshot
+        62, 63, 64, 67, 70, 73,  # BrokerRegistration, BrokerHeartbeat, UnregisterBroker, AllocateProducerIds, ControllerRegistration, AssignReplicasToDirs
+        80, 81, 82,  # Add/Remove/UpdateRaftVoter
+        83, 84, 85, 86, 87,  # share-group state RPCs
+    }
+)
+
+#: APIs kgw answers itself.
+LOCAL_KEYS = frozenset({18})
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _build() -> Mapping[int, ApiSpec]:
+    table: dict[int, ApiSpec] = {}
+    for key, name in api_key_map.items():
+        if key not in _BROKER_INTERNAL:
+            table[key] = ApiSpec(key, _camel(name), inspect_decoded)
+    for module in (addresses, fetch, groups, produce):
+        for spec in module.SPECS:
+            table[spec.api_key] = spec
+    table[18] = ApiSpec(18, "ApiVersions", inspect_decoded, answered_locally=True)
+    return MappingProxyType(table)
+
+
+REGISTRY: Mapping[int, ApiSpec] = _build()
+
+
+def spec_for(api_key: int) -> ApiSpec | None:
+    return REGISTRY.get(api_key)
+
+
+def api_name(api_key: int) -> str:
+    spec = REGISTRY.get(api_key)
+    return spec.name if spec else f"Unknown({api_key})"

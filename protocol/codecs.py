@@ -1,0 +1,74 @@
+"""Body codecs over kio: the only module that touches ``kio.index``.
+
+Theory of operation
+-------------------
+kio generates one frozen dataclass per (API, version, direction) from Kafka's
+JSON schemas.  These helpers look the class up (memoised), decode a body
+from a buffer at an offset, and encode an entity back to bytes.  Record batches
+stay opaque: kio reads a ``records`` field as bytes, and the hot-path modules
+(Produce requests, Fetch responses) never come through here at all.
+"""
+
+from __future__ import annotations
+
+import io
+from functools import lru_cache
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+
+__all__ = [
+    "CodecError",
+    "decode_request",
+    "decode_response",
+    "encode",
+    "request_class",
+    "response_class",
+]
+
+
+class CodecError(Exception):
+    """A body that does not decode as its schema says."""
+
+
+request_class = lru_cache(maxsize=None)(load_request_schema)
+response_class = lru_cache(maxsize=None)(load_response_schema)
+
+
+@lru_cache(maxsize=None)
+def _reader(cls: type):
+    return entity_reader(cls)
+
+
+@lru_cache(maxsize=None)
+def _writer(cls: type):
+    return entity_writer(cls)
+
+
+def _decode(cls: type, buf: memoryview | bytes, offset: int):
+    try:
+        value, size = _reader(cls)(buf, offset)
+    except (SerialError, ValueError, IndexError, UnicodeDecodeError, OverflowError) as e:
+        raise CodecError(f"cannot decode {cls.__name__} v{cls.__version__}: {e}") from e
+    except Exception as e:  # the native reader raises a few other types on garbage
+        raise CodecError(f"cannot decode {cls.__name__} v{cls.__version__}: {e!r}") from e
+    if offset + size != len(buf):
+        raise CodecError(
+            f"{cls.__name__} v{cls.__version__}: {len(buf) - offset - size} trailing bytes after the body"
+        )
+    return value
+
+
+def decode_request(api_key: int, version: int, buf: memoryview | bytes, offset: int):
+    return _decode(request_class(api_key, version), buf, offset)
+
+
+def decode_response(api_key: int, version: int, buf: memoryview | bytes, offset: int):
+    return _decode(response_class(api_key, version), buf, offset)
+
+
+def encode(entity: object) -> bytes:
+    out = io.BytesIO()
+    _writer(type(entity))(out, entity)
+    return out.getvalue()

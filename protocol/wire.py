@@ -1,0 +1,90 @@
+"""Small readers for walking a frame without decoding it (hot-path modules only).
+
+Each reader takes (buffer, offset) and returns (value, new offset), like kio's
+readers, and raises :class:`WalkError` when the buffer ends early.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from protocol.headers import read_uvarint
+
+__all__ = ["WalkError", "i16", "i32", "uvarint", "skip_tagged", "skip_string", "skip_bytes", "array_len"]
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+class WalkError(Exception):
+    pass
+
+
+def i16(buf, off: int) -> tuple[int, int]:
+    try:
+        return _I16.unpack_from(buf, off)[0], off + 2
+    except struct.error:
+        raise WalkError("buffer ends inside an int16") from None
+
+
+def i32(buf, off: int) -> tuple[int, int]:
+    try:
+        return _I32.unpack_from(buf, off)[0], off + 4
+    except struct.error:
+        raise WalkError("buffer ends inside an int32") from None
+
+
+def uvarint(buf, off: int) -> tuple[int, int]:
+    try:
+        return read_uvarint(buf, off)
+    except IndexError:
+        raise WalkError("buffer ends inside a varint") from None
+
+
+def array_len(buf, off: int, flexible: bool) -> tuple[int, int]:
+    """Element count of an array (-1 for null)."""
+    if flexible:
+        n, off = uvarint(buf, off)
+        return n - 1, off
+    return i32(buf, off)
+
+
+def skip_string(buf, off: int, flexible: bool) -> tuple[str | None, int]:
+    """Read a (nullable) string; returns (value, new offset)."""
+    if flexible:
+        n, off = uvarint(buf, off)
+        n -= 1
+    else:
+        n, off = i16(buf, off)
+    if n < 0:
+        return None, off
+    end = off + n
+    if end > len(buf):
+        raise WalkError("buffer ends inside a string")
+    return str(buf[off:end], "utf-8"), end
+
+
+def skip_bytes(buf, off: int, flexible: bool) -> tuple[int, int, int]:
+    """Locate (nullable) bytes without copying: returns (start, end, new offset); start=-1 for null."""
+    if flexible:
+        n, off = uvarint(buf, off)
+        n -= 1
+    else:
+        n, off = i32(buf, off)
+    if n < 0:
+        return -1, -1, off
+    end = off + n
+    if end > len(buf):
+        raise WalkError("buffer ends inside a byte field")
+    return off, end, end
+
+
+def skip_tagged(buf, off: int) -> int:
+    count, off = uvarint(buf, off)
+    for _ in range(count):
+        _tag, off = uvarint(buf, off)
+        size, off = uvarint(buf, off)
+        off += size
+    if off > len(buf):
+        raise WalkError("buffer ends inside tagged fields")
+    return off
