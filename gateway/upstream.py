@@ -30,7 +30,7 @@ from kio.serial import entity_writer
 from kio.static.primitive import i16, i32
 
 from protocol.apis.api_versions import KIO_VERSIONS, VersionRange
-from protocol.codecs import decode_response, encode, request_class
+from protocol.codecs import CodecError, decode_response, encode, request_class
 from protocol.framing import NEED_DATA, FrameDecoder
 from protocol.headers import read_uvarint
 
@@ -201,7 +201,7 @@ class UpstreamCluster:
         while True:
             try:
                 await self.refresh()
-            except (UpstreamUnavailable, trio.TooSlowError, OSError) as e:
+            except (UpstreamUnavailable, CodecError, trio.TooSlowError, OSError) as e:
                 log.warning("upstream metadata refresh failed: %s", e)
                 delay = min(interval_s, 2.0)
             else:
@@ -215,7 +215,7 @@ class UpstreamCluster:
         if self.versions is None:
             try:
                 await self.refresh()
-            except (UpstreamUnavailable, trio.TooSlowError, OSError) as e:
+            except (UpstreamUnavailable, CodecError, trio.TooSlowError, OSError) as e:
                 raise UpstreamUnavailable(f"upstream API versions unknown: {e}") from None
         assert self.versions is not None
         return self.versions

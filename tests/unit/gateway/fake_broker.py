@@ -1,0 +1,144 @@
+"""A scripted upstream broker for gateway unit tests (never used to claim compatibility).
+
+It speaks just enough Kafka for the gateway: ApiVersions, Metadata (itself as
+node 1), Produce and ListGroups; a test can make an API hang or delay its
+answer, and inspect what it received.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from datetime import timedelta
+
+import trio
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12 import response as md12
+from kio.schema.response_header.v0.header import ResponseHeader as RH0
+from kio.schema.response_header.v1.header import ResponseHeader as RH1
+from kio.serial import entity_writer
+from kio.static.primitive import i16, i32
+
+from protocol.codecs import decode_request, encode, response_class
+from protocol.framing import NEED_DATA, FrameDecoder
+from protocol.headers import parse_request_header
+
+NODE_ID = 1
+
+
+class FakeBroker:
+    def __init__(self) -> None:
+        self.port = 0
+        self.received: list[tuple[int, int, int]] = []  # (api key, version, correlation id)
+        self.hang: set[int] = set()
+        self.delay: dict[int, float] = {}
+        self.connections = 0
+        self.versions = {0: (3, 11), 3: (0, 12), 16: (0, 5), 18: (0, 3)}
+
+    async def serve(self, task_status=trio.TASK_STATUS_IGNORED):
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started(self)
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, stream):
+        self.connections += 1
+        decoder = FrameDecoder(1 << 30)
+        async with trio.open_nursery() as nursery:
+            send_lock = trio.StrictFIFOLock()
+            order: list[trio.Event] = []
+            while True:
+                try:
+                    data = await stream.receive_some(65536)
+                except trio.BrokenResourceError:
+                    break
+                if not data:
+                    break
+                decoder.receive_data(data)
+                while (frame := decoder.next_frame()) is not NEED_DATA:
+                    frame = bytes(frame)
+                    header = parse_request_header(memoryview(frame)[4:])
+                    self.received.append((header.api_key, header.api_version, header.correlation_id))
+                    if header.api_key == 0 and frame[4 + header.size + 2 : 4 + header.size + 4] == b"\x00\x00":
+                        continue  # acks=0 (v3-8 with null txn id): no response
+                    prev = order[-1] if order else None
+                    done = trio.Event()
+                    order.append(done)
+                    nursery.start_soon(self._answer, stream, send_lock, header, frame, prev, done)
+            nursery.cancel_scope.cancel()
+
+    async def _answer(self, stream, lock, header, frame, prev, done):
+        if header.api_key in self.hang:
+            await trio.sleep_forever()
+        await trio.sleep(self.delay.get(header.api_key, 0))
+        if prev is not None:
+            await prev.wait()  # a broker answers in order
+        body = self._body(header, memoryview(frame)[4:])
+        out = io.BytesIO()
+        if header.flexible and header.api_key != 18:
+            entity_writer(RH1)(out, RH1(correlation_id=i32(header.correlation_id)))
+        else:
+            entity_writer(RH0)(out, RH0(correlation_id=i32(header.correlation_id)))
+        out.write(body)
+        payload = out.getvalue()
+        async with lock:
+            try:
+                await stream.send_all(struct.pack(">i", len(payload)) + payload)
+            except trio.BrokenResourceError:
+                pass
+        done.set()
+
+    def _body(self, header, body) -> bytes:
+        key, version = header.api_key, header.api_version
+        if key == 18:
+            cls = response_class(18, version)
+            key_cls = cls.__dataclass_fields__["api_keys"].type.__args__[0]
+            kw = {"error_code": ErrorCode.none,
+                  "api_keys": tuple(key_cls(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
+                                    for k, (lo, hi) in sorted(self.versions.items()))}
+            if "throttle_time" in cls.__dataclass_fields__:
+                kw["throttle_time"] = timedelta(0)
+            return encode(cls(**kw))
+        if key == 3:
+            cls = response_class(3, version)
+            broker_cls = cls.__dataclass_fields__["brokers"].type.__args__[0]
+            kw = {"brokers": (broker_cls(node_id=i32(NODE_ID), host="127.0.0.1", port=i32(self.port), rack=None),),
+                  "topics": ()}
+            if version >= 12:
+                return encode(md12.MetadataResponse(throttle_time=timedelta(0), cluster_id="fake",
+                                                    controller_id=i32(NODE_ID), **kw))
+            fields = cls.__dataclass_fields__
+            extra = {k: v for k, v in {"throttle_time": timedelta(0), "cluster_id": "fake",
+                                       "controller_id": i32(NODE_ID), "cluster_authorized_operations": i32(-2147483648)}.items()
+                     if k in fields}
+            return encode(cls(**kw, **extra))
+        if key == 16:
+            cls = response_class(16, version)
+            fields = cls.__dataclass_fields__
+            kw = {"error_code": ErrorCode.none, "groups": ()}
+            if "throttle_time" in fields:
+                kw["throttle_time"] = timedelta(0)
+            return encode(cls(**kw))
+        if key == 0:
+            request = decode_request(0, version, body, header.size)
+            cls = response_class(0, version)
+            topic_cls = cls.__dataclass_fields__["responses"].type.__args__[0]
+            part_cls = topic_cls.__dataclass_fields__["partition_responses"].type.__args__[0]
+            topics = []
+            for t in request.topic_data:
+                parts = []
+                for p in t.partition_data:
+                    pf = part_cls.__dataclass_fields__
+                    kw = {"index": p.index, "error_code": ErrorCode.none, "base_offset": 0}
+                    if "log_append_time" in pf:
+                        kw["log_append_time"] = None
+                    if "log_start_offset" in pf:
+                        kw["log_start_offset"] = 0
+                    if "record_errors" in pf:
+                        kw["record_errors"] = ()
+                    if "error_message" in pf:
+                        kw["error_message"] = None
+                    parts.append(part_cls(**kw))
+                topics.append(topic_cls(name=t.name, partition_responses=tuple(parts)))
+            return encode(cls(responses=tuple(topics), throttle_time=timedelta(0)))
+        raise AssertionError(f"fake broker cannot answer api {key}")

@@ -1,0 +1,211 @@
+"""Client connections against an in-process gateway in front of a scripted broker.
+
+Ordering of pipelined responses, acks=0, bad input closing only the offending
+connection, upstream timeouts and a dead upstream giving errors rather than hangs.
+"""
+
+from __future__ import annotations
+
+import struct
+from datetime import timedelta
+
+import pytest
+import trio
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v8 import request as produce8
+from kio.static.primitive import i16, i32
+
+from configs.gateway_config import parse_config
+from gateway.server import Gateway
+from gateway.upstream import encode_request
+from protocol.codecs import decode_response, request_class
+from protocol.framing import NEED_DATA, FrameDecoder
+from tests.unit.gateway.fake_broker import NODE_ID, FakeBroker
+
+
+class RawClient:
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.decoder = FrameDecoder(1 << 30)
+
+    @classmethod
+    async def connect(cls, port: int) -> "RawClient":
+        return cls(await trio.open_tcp_stream("127.0.0.1", port))
+
+    async def send(self, api_key: int, version: int, correlation_id: int, body) -> None:
+        frame = bytearray(encode_request(api_key, version, correlation_id, body))
+        frame[8:10] = struct.pack(">h", 0)  # patched below to the real correlation id
+        frame[8:12] = struct.pack(">i", correlation_id)
+        await self.stream.send_all(bytes(frame))
+
+    async def receive_frame(self) -> bytes | None:
+        """Next response frame, or None when the gateway closed the connection."""
+        while (frame := self.decoder.next_frame()) is NEED_DATA:
+            try:
+                data = await self.stream.receive_some(65536)
+            except trio.BrokenResourceError:
+                return None
+            if not data:
+                return None
+            self.decoder.receive_data(data)
+        return bytes(frame)
+
+    async def receive(self, api_key: int, version: int):
+        frame = await self.receive_frame()
+        assert frame is not None, "gateway closed the connection"
+        (corr,) = struct.unpack_from(">i", frame, 4)
+        flexible = request_class(api_key, version).__flexible__ and api_key != 18
+        return corr, decode_response(api_key, version, frame, 9 if flexible else 8)
+
+
+def _md_request(version=12):
+    cls = request_class(3, version)
+    kw = {"topics": ()}
+    for name, value in (("allow_auto_topic_creation", False), ("include_topic_authorized_operations", False)):
+        if name in cls.__dataclass_fields__:
+            kw[name] = value
+    return cls(**kw)
+
+
+@pytest.fixture
+async def setup(nursery):
+    broker = await nursery.start(FakeBroker().serve)
+    with trio.socket.socket() as probe:
+        await probe.bind(("127.0.0.1", 0))
+        base = probe.getsockname()[1] + 7 - NODE_ID
+    config = parse_config({
+        "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "advertised_host": "127.0.0.1",
+                       "broker_port_base": base}],
+        "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 1500,
+                     "connect_timeout_ms": 1000},
+        "limits": {"max_frame_bytes": 4096},
+        "admin": None,
+    })
+    gateway = Gateway(config)
+    started = await nursery.start(gateway.run)
+    return broker, gateway, started.listeners["T"][1]
+
+
+async def test_api_versions_answered_locally_with_intersection(setup):
+    broker, gateway, port = setup
+    client = await RawClient.connect(port)
+    seen_before = len(broker.received)
+    await client.send(18, 3, 1, request_class(18, 3)(client_software_name="t", client_software_version="1"))
+    corr, resp = await client.receive(18, 3)
+    ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    assert corr == 1 and resp.error_code == ErrorCode.none
+    assert ranges[0] == (3, 11)  # upstream 3-11, kio 3-13
+    assert ranges[3] == (0, 12)
+    assert 1 not in ranges  # upstream lacks Fetch: never advertised
+    assert len(broker.received) == seen_before  # not forwarded
+
+
+async def test_unknown_api_versions_version_gets_unsupported_version_v0(setup):
+    _, _, port = setup
+    client = await RawClient.connect(port)
+    await client.send(18, 3, 5, request_class(18, 3)(client_software_name="t", client_software_version="1"))
+    frame = bytearray(encode_request(18, 3, 6, request_class(18, 3)(client_software_name="t", client_software_version="1")))
+    frame[6:8] = struct.pack(">h", 9)  # ApiVersions v9
+    await client.receive(18, 3)
+    await client.stream.send_all(bytes(frame))
+    corr, resp = await client.receive(18, 0)
+    assert corr == 6 and resp.error_code == ErrorCode.unsupported_version
+    assert any(k.api_key == 18 for k in resp.api_keys)
+
+
+async def test_metadata_rewritten_to_gateway_address_and_node_port_routes(setup):
+    broker, gateway, port = setup
+    client = await RawClient.connect(port)
+    await client.send(3, 12, 2, _md_request())
+    _, resp = await client.receive(3, 12)
+    (b,) = resp.brokers
+    listener = gateway.listeners[0]
+    assert (b.node_id, b.host, b.port) == (NODE_ID, "127.0.0.1", listener.config.broker_port_base + NODE_ID)
+    assert b.port != broker.port
+    node_client = await RawClient.connect(b.port)
+    await node_client.send(16, 4, 3, request_class(16, 4)(states_filter=()))
+    corr, groups = await node_client.receive(16, 4)
+    assert corr == 3 and groups.error_code == ErrorCode.none
+
+
+async def test_pipelined_responses_come_back_in_request_order(setup):
+    broker, _, port = setup
+    broker.delay[3] = 0.2  # Metadata is slow upstream
+    client = await RawClient.connect(port)
+    await client.send(3, 12, 10, _md_request())
+    await client.send(18, 3, 11, request_class(18, 3)(client_software_name="t", client_software_version="1"))
+    await client.send(16, 4, 12, request_class(16, 4)(states_filter=()))
+    order = [(await client.receive(k, v))[0] for k, v in ((3, 12), (18, 3), (16, 4))]
+    assert order == [10, 11, 12]
+
+
+async def test_produce_acks_zero_gets_no_response(setup):
+    broker, _, port = setup
+    client = await RawClient.connect(port)
+    body = produce8.ProduceRequest(transactional_id=None, acks=i16(0), timeout=timedelta(seconds=1), topic_data=(
+        produce8.TopicProduceData(name="t", partition_data=(produce8.PartitionProduceData(index=i32(0), records=b"x" * 70),)),))
+    await client.send(0, 8, 20, body)
+    await client.send(16, 4, 21, request_class(16, 4)(states_filter=()))
+    corr, _ = await client.receive(16, 4)
+    assert corr == 21  # the acks=0 produce produced no response
+    assert (0, 8, 20) in broker.received
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(struct.pack(">i", 5000), id="oversized-length"),
+        pytest.param(struct.pack(">i", -1), id="negative-length"),
+        pytest.param(struct.pack(">i", 3) + b"\x00\x03\x00", id="truncated-header"),
+        pytest.param(struct.pack(">i", 10) + struct.pack(">hhih", 999, 0, 1, -1), id="unknown-api-key"),
+        pytest.param(struct.pack(">i", 10) + struct.pack(">hhih", 3, 99, 1, -1), id="unknown-version"),
+        pytest.param(struct.pack(">i", 12) + struct.pack(">hhih", 3, 4, 1, -1) + b"\xff\xff", id="garbage-body"),
+        pytest.param(struct.pack(">i", 10) + struct.pack(">hhih", 52, 0, 1, -1), id="broker-internal-api"),
+    ],
+)
+async def test_bad_input_closes_only_that_connection(setup, raw):
+    _, _, port = setup
+    bystander = await RawClient.connect(port)
+    await bystander.send(3, 12, 1, _md_request())
+    bad = await RawClient.connect(port)
+    await bad.stream.send_all(raw)
+    assert await bad.receive_frame() is None  # closed, no response
+    await bystander.send(16, 4, 2, request_class(16, 4)(states_filter=()))
+    assert [(await bystander.receive(3, 12))[0], (await bystander.receive(16, 4))[0]] == [1, 2]
+
+
+async def test_client_disconnecting_mid_request_leaves_gateway_serving(setup):
+    _, _, port = setup
+    quitter = await RawClient.connect(port)
+    await quitter.stream.send_all(struct.pack(">i", 100) + b"\x00\x03\x00\x0c")
+    await quitter.stream.aclose()
+    other = await RawClient.connect(port)
+    await other.send(3, 12, 4, _md_request())
+    assert (await other.receive(3, 12))[0] == 4
+
+
+async def test_upstream_that_never_answers_gets_the_connection_closed_after_timeout(setup):
+    broker, _, port = setup
+    broker.hang.add(16)
+    client = await RawClient.connect(port)
+    start = trio.current_time()
+    await client.send(16, 4, 30, request_class(16, 4)(states_filter=()))
+    with trio.fail_after(10):
+        assert await client.receive_frame() is None
+    assert trio.current_time() - start >= 1.4  # request_timeout_ms 1500
+
+
+async def test_dead_upstream_closes_connection_instead_of_hanging(nursery):
+    broker = await nursery.start(FakeBroker().serve)
+    config = parse_config({
+        "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "broker_port_base": 20000}],
+        "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "connect_timeout_ms": 500},
+        "admin": None,
+    })
+    gateway = Gateway(config)
+    port = (await nursery.start(gateway.run)).listeners["T"][1]
+    gateway.cluster.bootstrap = [("127.0.0.1", 1)]  # nothing listens on port 1
+    client = await RawClient.connect(port)
+    await client.send(16, 4, 1, request_class(16, 4)(states_filter=()))
+    with trio.fail_after(5):
+        assert await client.receive_frame() is None

@@ -1,0 +1,118 @@
+"""Produce requests and Fetch responses are walked, not decoded; records stay byte-identical."""
+
+import io
+import uuid
+from datetime import timedelta
+
+import pytest
+from kio.schema.fetch.v17 import response as fetch17
+from kio.schema.produce.v11 import request as produce11
+from kio.schema.produce.v11 import response as produce11r
+from kio.schema.produce.v8 import request as produce8
+from kio.schema.request_header.v2.header import RequestHeader as H2
+from kio.schema.request_header.v1.header import RequestHeader as H1
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+from kio.static.primitive import i16, i32, i64
+
+from protocol.apis.fetch import SPECS as FETCH, top_level_tags_offset
+from protocol.apis.produce import SPECS as PRODUCE
+from protocol.codecs import CodecError, decode_response, encode
+from protocol.headers import parse_request_header
+
+RECORDS = b"\x00" * 61 + b"opaque-record-batch-bytes" * 40
+
+
+def request_frame(header_cls, api_key, version, body) -> memoryview:
+    out = io.BytesIO()
+    entity_writer(header_cls)(out, header_cls(request_api_key=i16(api_key), request_api_version=i16(version),
+                                              correlation_id=i32(9), client_id="t"))
+    out.write(encode(body))
+    return memoryview(out.getvalue())
+
+
+class FakeNodes:
+    def __init__(self):
+        self.learned = {}
+
+    def learn(self, node_id, host, port, rack):
+        self.learned[node_id] = (host, port)
+
+    def advertise(self, node_id):
+        return ("gw.example", 20000 + node_id)
+
+
+def produce_v11(acks=-1, txn=None):
+    return produce11.ProduceRequest(
+        transactional_id=txn, acks=i16(acks), timeout=timedelta(seconds=3),
+        topic_data=(
+            produce11.TopicProduceData(name="orders", partition_data=(
+                produce11.PartitionProduceData(index=i32(0), records=RECORDS),
+                produce11.PartitionProduceData(index=i32(1), records=RECORDS),
+            )),
+            produce11.TopicProduceData(name="audit", partition_data=(
+                produce11.PartitionProduceData(index=i32(0), records=None),)),
+        ),
+    )
+
+
+def test_produce_walk_lists_topics_with_partition_counts_and_acks():
+    frame = request_frame(H2, 0, 11, produce_v11(acks=1, txn="tx-1"))
+    info = PRODUCE[0].inspect(parse_request_header(frame), frame)
+    assert info.resources == {("TOPIC", "orders"): 2, ("TOPIC", "audit"): 1, ("TRANSACTIONAL_ID", "tx-1"): 1}
+    assert info.expects_response and info.broker_wait_s == 3.0
+
+
+def test_produce_acks_zero_expects_no_response_non_flexible_version():
+    body = produce8.ProduceRequest(transactional_id=None, acks=i16(0), timeout=timedelta(seconds=1), topic_data=(
+        produce8.TopicProduceData(name="t", partition_data=(produce8.PartitionProduceData(index=i32(0), records=RECORDS),)),))
+    frame = request_frame(H1, 0, 8, body)
+    info = PRODUCE[0].inspect(parse_request_header(frame), frame)
+    assert info.expects_response is False and info.resources == {("TOPIC", "t"): 1}
+
+
+def test_truncated_produce_request_is_a_codec_error():
+    frame = request_frame(H2, 0, 11, produce_v11())
+    short = frame[: len(frame) - 10]
+    with pytest.raises(CodecError, match="Produce v11"):
+        PRODUCE[0].inspect(parse_request_header(short), short)
+
+
+def test_produce_response_without_endpoints_passes_through():
+    resp = produce11r.ProduceResponse(responses=(), throttle_time=timedelta(0), node_endpoints=())
+    body = memoryview(encode(resp))
+    assert PRODUCE[0].rewrite_response(11, body, 0, FakeNodes()) is None
+
+
+def fetch_response(endpoints):
+    part = fetch17.PartitionData(
+        partition_index=i32(0), error_code=ErrorCode.none, high_watermark=i64(10), last_stable_offset=i64(10),
+        log_start_offset=i64(0), aborted_transactions=(fetch17.AbortedTransaction(producer_id=i64(5), first_offset=i64(1)),),
+        preferred_read_replica=i32(-1), records=RECORDS,
+    )
+    return fetch17.FetchResponse(
+        throttle_time=timedelta(0), error_code=ErrorCode.none, session_id=i32(0),
+        responses=(fetch17.FetchableTopicResponse(topic_id=uuid.uuid4(), partitions=(part, part)),),
+        node_endpoints=endpoints,
+    )
+
+
+def test_fetch_walker_finds_the_top_level_tags():
+    body = encode(fetch_response(()))
+    assert top_level_tags_offset(memoryview(body), 0) == len(body) - 1
+    assert FETCH[0].rewrite_response(17, memoryview(body), 0, FakeNodes()) is None
+
+
+def test_fetch_node_endpoints_rewritten_records_untouched():
+    endpoints = (fetch17.NodeEndpoint(node_id=i32(7), host="10.0.0.7", port=i32(9092), rack="r1"),)
+    original = fetch_response(endpoints)
+    body = memoryview(encode(original))
+    nodes = FakeNodes()
+    new = FETCH[0].rewrite_response(17, body, 0, nodes)
+    assert nodes.learned == {7: ("10.0.0.7", 9092)}
+    decoded = decode_response(1, 17, new, 0)
+    assert decoded.node_endpoints[0].host == "gw.example" and decoded.node_endpoints[0].port == 20007
+    assert decoded.node_endpoints[0].rack == "r1"
+    assert decoded.responses == original.responses  # records byte-identical
+    tags_at = top_level_tags_offset(body, 0)
+    assert new[:tags_at] == bytes(body[:tags_at])  # prefix copied verbatim, not re-encoded
