@@ -34,6 +34,7 @@ as a Fetch max wait); past it the client connection is closed, never left hangin
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import struct
@@ -42,8 +43,11 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from authz.authorizer import AuthorizableRequestContext, AuthorizerNotReadyError
+from authz.principal import ANONYMOUS
 from protocol.apis.api_versions import build_response as build_api_versions
-from protocol.apis.base import ApiSpec, RequestInfo
+from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
+from protocol.auth_helper import AuthHelper
 from protocol.apis.registry import REGISTRY
 from protocol.codecs import CodecError
 from protocol.framing import NEED_DATA, FrameDecoder, FrameError
@@ -71,11 +75,12 @@ class CloseConnection(Exception):
 
 
 class _Slot:
-    __slots__ = ("header", "spec", "data", "sent_at", "deadline")
+    __slots__ = ("header", "spec", "data", "sent_at", "deadline", "merge")
 
     def __init__(self, header: RequestHeader, spec: ApiSpec) -> None:
         self.header = header
         self.spec = spec
+        self.merge = None
         self.data: bytes | memoryview | None = None
         self.sent_at = 0.0
         self.deadline = math.inf
@@ -89,6 +94,8 @@ class ClientConnection:
         self.peer = peer
         self.node_id = node_id  # None: the bootstrap port
         self.client_id: str | None = None
+        self.client_address = ipaddress.ip_address(peer[0])
+        self.principal = ANONYMOUS  # replaced by authentication on TLS/SASL listeners
         self._pending: deque[_Slot] = deque()
         self._in_flight: deque[_Slot] = deque()  # forwarded, awaiting the upstream
         self._sending = False
@@ -179,7 +186,41 @@ class ClientConnection:
             info = spec.inspect(header, body)
         except CodecError as e:
             raise CloseConnection(f"malformed {spec.name} v{header.api_version} request: {e}", "decode") from None
-        await self._forward(header, spec, info, frame, to_upstream)
+        auth = self._auth_helper(header)
+        if spec.answered_locally:
+            await self._answer_locally(header, spec, await spec.answer(self.gw, auth, header, info))
+            return
+        decision = self._enforce(spec, auth, header, body, info)
+        if decision.close is not None:
+            raise CloseConnection(decision.close, "denied")
+        if decision.respond is not None:
+            await self._answer_locally(header, spec, decision.respond)
+            return
+        if decision.request is not None:
+            head = body[: header.size]
+            frame = memoryview(_I32.pack(len(head) + len(decision.request)) + bytes(head) + decision.request)
+        await self._forward(header, spec, info, frame, to_upstream, decision.merge)
+
+    def _auth_helper(self, header: RequestHeader) -> AuthHelper:
+        authorizer = self.gw.authorizer
+        if authorizer is None:
+            return AuthHelper(None, None)
+        context = AuthorizableRequestContext(
+            self._listener_name, self.listener.security_protocol, self.principal, self.client_address,
+            header.api_key, header.api_version, header.client_id, header.correlation_id,
+        )
+        return AuthHelper(authorizer, context)
+
+    def _enforce(self, spec: ApiSpec, auth: AuthHelper, header: RequestHeader, body: memoryview,
+                 info: RequestInfo) -> Decision:
+        if spec.enforce is None:
+            if auth.enabled:
+                raise CloseConnection(f"{spec.name} has no authorization mapping; refused", "unmapped_api")
+            return FORWARD
+        try:
+            return spec.enforce(auth, header, body, info)
+        except AuthorizerNotReadyError:
+            raise CloseConnection("authorizer not ready", "authorizer") from None
 
     async def _advertised(self):
         try:
@@ -207,7 +248,8 @@ class ClientConnection:
 
     # ---------------------------------------------------------- upstream side
     async def _forward(
-        self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, frame: memoryview, to_upstream: list
+        self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, frame: memoryview, to_upstream: list,
+        merge=None,
     ) -> None:
         if self._upstream is None:
             if to_upstream:
@@ -217,6 +259,7 @@ class ClientConnection:
         if info.expects_response:
             await self._wait_for_space()
             slot = _Slot(header, spec)
+            slot.merge = merge
             now = trio.current_time()
             slot.sent_at = now
             slot.deadline = now + self._request_timeout_s + info.broker_wait_s
@@ -299,7 +342,7 @@ class ClientConnection:
             )
         self._metrics.latency(slot.spec.name).observe(trio.current_time() - slot.sent_at)
         rewrite = slot.spec.rewrite_response
-        if rewrite is None:
+        if rewrite is None and slot.merge is None:
             slot.data = frame
             return
         off = 8
@@ -310,7 +353,9 @@ class ClientConnection:
                 size, off = read_uvarint(frame, off)
                 off += size
         try:
-            body = rewrite(header.api_version, frame, off, self.listener.node_map)
+            body = None if rewrite is None else rewrite(header.api_version, frame, off, self.listener.node_map)
+            if slot.merge is not None:
+                body = slot.merge(frame, off) if body is None else slot.merge(body, 0)
         except CodecError as e:
             raise CloseConnection(f"cannot rewrite upstream {slot.spec.name} response: {e}", "upstream") from None
         if body is None:

@@ -56,6 +56,7 @@ class Listener:
         self.gateway = gateway
         self.config = config
         self.name: str = config.name
+        self.security_protocol: str = str(config.security_protocol)
         self.node_map = ListenerNodeMap(self)
         self.bound_port: int | None = None
         self._node_ports: dict[int, int] = {}

@@ -37,6 +37,7 @@ class Gateway:
         self.metrics = GatewayMetrics()
         up = config.upstream
         self.cluster = UpstreamCluster(up.bootstrap_servers, up.connect_timeout_ms / 1000, up.request_timeout_ms / 1000)
+        self.authorizer = None
         self.listeners = [Listener(self, lc) for lc in config.listeners]
         self._ready: dict[str, bool] = {lc.name: False for lc in config.listeners}
         self._advertised: dict[int, VersionRange] | None = None

@@ -13,17 +13,24 @@ keyed by API key.  A spec is sans-IO:
   body, or ``None`` to forward the upstream's bytes untouched.  ``nodes`` is the
   :class:`NodeMap` of the listener the client came in on: it learns upstream
   broker addresses and answers which gateway address stands for a node id.
+* ``enforce(auth, header, body, info)`` authorizes the request through an
+  :class:`~protocol.auth_helper.AuthHelper` and returns a :class:`Decision`:
+  forward as is, forward a reduced request and merge the denied part back
+  into the response, answer entirely from kgw, or close the connection.
+  An API without ``enforce`` is refused whenever an authorizer is configured.
+* ``answer(services, auth, header, info)`` (``answered_locally`` APIs) builds
+  the whole response body in kgw.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from protocol.headers import RequestHeader
 from protocol.resources import TouchedResources
 
-__all__ = ["ApiSpec", "NodeMap", "RequestInfo", "RequestInspector", "ResponseRewriter"]
+__all__ = ["ApiSpec", "Decision", "FORWARD", "NodeMap", "RequestInfo", "RequestInspector", "ResponseRewriter"]
 
 
 class NodeMap(Protocol):
@@ -46,6 +53,27 @@ class RequestInfo:
 
 RequestInspector = Callable[[RequestHeader, memoryview], RequestInfo]
 ResponseRewriter = Callable[[int, memoryview, int, NodeMap], "bytes | None"]
+#: (response frame or body buffer, offset of the body) -> the body the client gets
+ResponseMerger = Callable[[memoryview | bytes, int], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What enforcement decided for one request."""
+
+    #: replacement request body (the bytes after the header) to forward; None = the original
+    request: bytes | None = None
+    #: a complete response body kgw answers with; nothing is forwarded
+    respond: bytes | None = None
+    #: applied to the upstream response body (after address rewriting)
+    merge: ResponseMerger | None = None
+    #: close the client connection with this reason, no response (e.g. denied acks=0 produce)
+    close: str | None = None
+
+
+FORWARD = Decision()
+Enforcer = Callable[[Any, RequestHeader, memoryview, RequestInfo], Decision]
+LocalAnswer = Callable[[Any, Any, RequestHeader, RequestInfo], Awaitable[bytes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +84,5 @@ class ApiSpec:
     rewrite_response: ResponseRewriter | None = None
     #: kgw answers this API itself and never forwards it
     answered_locally: bool = False
+    enforce: Enforcer | None = None
+    answer: LocalAnswer | None = None

@@ -1,0 +1,548 @@
+"""KRaft metadata records, in Apache Kafka's exact wire form.
+
+Theory of operation
+===================
+
+kgw keeps ACLs, dynamic configs and SCRAM credentials in a metadata log that uses
+the same record format as a KRaft ``__cluster_metadata`` partition, so the bytes
+can be read by Kafka tooling and so a later backend can share state through a real
+Kafka topic.  This module is the sans-IO codec for the individual records; framing
+them into record batches and files is :mod:`authz.metadata_log`'s job.
+
+Every record is *framed* the way ``AbstractApiMessageSerde`` frames it::
+
+    frame version   uvarint   always 1 (0 was the 2.8 preview, refused)
+    api key         uvarint   which record (the "apiKey" of the JSON schema)
+    version         uvarint   the record's schema version
+    body            the message in Kafka's *flexible* encoding
+
+Every record kgw knows has ``"flexibleVersions": "0+"``, so bodies use:
+
+* ``int8``/``int32`` big-endian fixed width;
+* ``uuid`` as 16 bytes (most significant 64 bits first, i.e. ``UUID.bytes``);
+* ``string`` as a *compact* string: uvarint ``len(utf8) + 1`` then the bytes; a
+  nullable string is ``0`` for null;
+* ``bytes`` as compact bytes, length encoded the same way;
+* a trailing *tagged-field* section: uvarint count, then per field uvarint tag,
+  uvarint size, data.  kgw defines no tagged fields; unknown ones are skipped on
+  read (as a newer writer may add them) and none are written.
+
+The api keys and field lists are those of ``metadata/src/main/resources/common/
+metadata/*.json`` in Apache Kafka (checked against trunk): AccessControlEntryRecord
+is 18, RemoveAccessControlEntryRecord 19, ConfigRecord 4, UserScramCredentialRecord
+11 and RemoveUserScramCredentialRecord 22.
+
+A record whose (api key, version) kgw does not know decodes to
+:class:`UnknownMetadataRecord`, which keeps the raw body and re-encodes it byte for
+byte, so a snapshot rewritten by an older kgw never drops a newer writer's data.
+
+The record classes are plain frozen, slotted dataclasses holding ints, strings,
+bytes and :class:`uuid.UUID`; they know nothing about ACL enums or principals.  The
+gateway converts to and from its richer types (``authz/acl.py``).
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass
+from typing import ClassVar, Final, TypeAlias
+
+__all__ = [
+    "FRAME_VERSION",
+    "AccessControlEntryRecord",
+    "ConfigRecord",
+    "MetadataRecord",
+    "MetadataRecordError",
+    "RemoveAccessControlEntryRecord",
+    "RemoveUserScramCredentialRecord",
+    "UnknownMetadataRecord",
+    "UserScramCredentialRecord",
+    "decode_record",
+    "encode_record",
+]
+
+#: The only frame version Kafka writes or accepts (``DEFAULT_FRAME_VERSION``).
+FRAME_VERSION: Final = 1
+
+#: Kafka strings are length-limited to ``Short.MAX_VALUE`` UTF-8 bytes.
+_MAX_STRING_BYTES: Final = 0x7FFF
+#: Kafka refuses frame versions, api keys and versions above ``Short.MAX_VALUE``.
+_MAX_FRAME_FIELD: Final = 0x7FFF
+
+_INT32 = struct.Struct(">i")
+
+
+class MetadataRecordError(ValueError):
+    """A metadata record could not be encoded or decoded.
+
+    The message says which record and which field, e.g. ``"AccessControlEntryRecord
+    .operation: 300 does not fit in an int8"``.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Primitive writers: append to a bytearray.
+# ---------------------------------------------------------------------------
+
+
+def write_uvarint(out: bytearray, value: int) -> None:
+    """Append ``value`` as an unsigned LEB128 varint (Kafka ``writeUnsignedVarint``)."""
+    if value < 0:
+        raise MetadataRecordError(f"unsigned varint cannot hold {value}")
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _write_int8(out: bytearray, value: int, where: str) -> None:
+    if not -128 <= value <= 127:
+        raise MetadataRecordError(f"{where}: {value} does not fit in an int8")
+    out.append(value & 0xFF)
+
+
+def _write_int32(out: bytearray, value: int, where: str) -> None:
+    if not -(2**31) <= value < 2**31:
+        raise MetadataRecordError(f"{where}: {value} does not fit in an int32")
+    out += _INT32.pack(value)
+
+
+def _write_compact_bytes(out: bytearray, data: bytes, where: str) -> None:
+    if not isinstance(data, (bytes, bytearray)):
+        raise MetadataRecordError(f"{where}: expected bytes, got {type(data).__name__}")
+    write_uvarint(out, len(data) + 1)
+    out += data
+
+
+def _write_compact_string(out: bytearray, value: str | None, where: str) -> None:
+    if value is None:
+        raise MetadataRecordError(f"{where}: null is not allowed (field is not nullable)")
+    if not isinstance(value, str):
+        raise MetadataRecordError(f"{where}: expected str, got {type(value).__name__}")
+    data = value.encode("utf-8")
+    if len(data) > _MAX_STRING_BYTES:
+        raise MetadataRecordError(
+            f"{where}: {len(data)} UTF-8 bytes exceeds Kafka's limit of {_MAX_STRING_BYTES}"
+        )
+    write_uvarint(out, len(data) + 1)
+    out += data
+
+
+def _write_nullable_compact_string(out: bytearray, value: str | None, where: str) -> None:
+    if value is None:
+        out.append(0)
+    else:
+        _write_compact_string(out, value, where)
+
+
+def _write_uuid(out: bytearray, value: uuid.UUID, where: str) -> None:
+    if not isinstance(value, uuid.UUID):
+        raise MetadataRecordError(f"{where}: expected uuid.UUID, got {type(value).__name__}")
+    out += value.bytes
+
+
+def _write_no_tagged_fields(out: bytearray) -> None:
+    out.append(0)
+
+
+# ---------------------------------------------------------------------------
+# Primitive readers: (buffer, position) -> (value, new position).  Pure, like kio's.
+# ---------------------------------------------------------------------------
+
+
+def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """Read an unsigned varint of at most 5 bytes (a Java int) at ``pos``."""
+    try:
+        byte = buf[pos]
+        if byte < 0x80:  # fast path: almost every length and key fits in one byte
+            return byte, pos + 1
+        result = byte & 0x7F
+        for shift in (7, 14, 21, 28):
+            pos += 1
+            byte = buf[pos]
+            result |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return result, pos + 1
+    except IndexError:
+        raise MetadataRecordError("buffer ends inside an unsigned varint") from None
+    raise MetadataRecordError("unsigned varint is longer than 5 bytes")
+
+
+def _need(buf: bytes | memoryview, pos: int, size: int, what: str) -> None:
+    if pos + size > len(buf):
+        raise MetadataRecordError(
+            f"buffer ends inside {what}: need {size} byte(s) at {pos}, have {len(buf) - pos}"
+        )
+
+
+def _read_int8(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    try:
+        value = buf[pos]
+    except IndexError:
+        raise MetadataRecordError(f"buffer ends inside an int8 at {pos}") from None
+    return (value - 256 if value > 127 else value), pos + 1
+
+
+def _read_int32(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    _need(buf, pos, 4, "an int32")
+    return _INT32.unpack_from(buf, pos)[0], pos + 4
+
+
+def _read_uuid(buf: bytes | memoryview, pos: int) -> tuple[uuid.UUID, int]:
+    _need(buf, pos, 16, "a uuid")
+    return uuid.UUID(bytes=bytes(buf[pos : pos + 16])), pos + 16
+
+
+def _read_compact_bytes_or_null(
+    buf: bytes | memoryview, pos: int
+) -> tuple[bytes | None, int]:
+    length_plus_one, pos = read_uvarint(buf, pos)
+    if length_plus_one == 0:
+        return None, pos
+    end = pos + length_plus_one - 1
+    if end > len(buf):
+        _need(buf, pos, length_plus_one - 1, "a compact string/bytes")
+    return bytes(buf[pos:end]), end
+
+
+def _read_compact_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes, int]:
+    data, pos = _read_compact_bytes_or_null(buf, pos)
+    if data is None:
+        raise MetadataRecordError("null found where non-nullable bytes were expected")
+    return data, pos
+
+
+def _read_nullable_compact_string(
+    buf: bytes | memoryview, pos: int
+) -> tuple[str | None, int]:
+    data, pos = _read_compact_bytes_or_null(buf, pos)
+    if data is None:
+        return None, pos
+    try:
+        return data.decode("utf-8"), pos
+    except UnicodeDecodeError as exc:
+        raise MetadataRecordError(f"string is not valid UTF-8: {exc}") from exc
+
+
+def _read_compact_string(buf: bytes | memoryview, pos: int) -> tuple[str, int]:
+    value, pos = _read_nullable_compact_string(buf, pos)
+    if value is None:
+        raise MetadataRecordError("null found where a non-nullable string was expected")
+    return value, pos
+
+
+def _skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+    """Skip the tagged-field section; kgw's records define no tagged fields."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        _need(buf, pos, size, "a tagged field")
+        pos += size
+    return pos
+
+
+# ---------------------------------------------------------------------------
+# The records.
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AccessControlEntryRecord:
+    """A new ACL (in the log) or an existing ACL (in a snapshot).  Api key 18, v0."""
+
+    API_KEY: ClassVar[int] = 18
+    VERSION: ClassVar[int] = 0
+
+    id: uuid.UUID
+    """The unique ID of this ACL."""
+    resource_type: int
+    """The resource type (Kafka ``ResourceType`` code, int8)."""
+    resource_name: str
+    """The resource name."""
+    pattern_type: int
+    """The resource name pattern type (``PatternType`` code, int8)."""
+    principal: str
+    """The principal name, e.g. ``"User:alice"``."""
+    host: str
+    """The host name, ``"*"`` for any."""
+    operation: int
+    """The AclOperation code (int8)."""
+    permission_type: int
+    """The AclPermissionType code (int8)."""
+
+    def encode_body(self, out: bytearray) -> None:
+        where = "AccessControlEntryRecord"
+        _write_uuid(out, self.id, f"{where}.id")
+        _write_int8(out, self.resource_type, f"{where}.resource_type")
+        _write_compact_string(out, self.resource_name, f"{where}.resource_name")
+        _write_int8(out, self.pattern_type, f"{where}.pattern_type")
+        _write_compact_string(out, self.principal, f"{where}.principal")
+        _write_compact_string(out, self.host, f"{where}.host")
+        _write_int8(out, self.operation, f"{where}.operation")
+        _write_int8(out, self.permission_type, f"{where}.permission_type")
+        _write_no_tagged_fields(out)
+
+    @classmethod
+    def decode_body(
+        cls, buf: bytes | memoryview, pos: int
+    ) -> tuple[AccessControlEntryRecord, int]:
+        acl_id, pos = _read_uuid(buf, pos)
+        resource_type, pos = _read_int8(buf, pos)
+        resource_name, pos = _read_compact_string(buf, pos)
+        pattern_type, pos = _read_int8(buf, pos)
+        principal, pos = _read_compact_string(buf, pos)
+        host, pos = _read_compact_string(buf, pos)
+        operation, pos = _read_int8(buf, pos)
+        permission_type, pos = _read_int8(buf, pos)
+        pos = _skip_tagged_fields(buf, pos)
+        record = cls(
+            id=acl_id,
+            resource_type=resource_type,
+            resource_name=resource_name,
+            pattern_type=pattern_type,
+            principal=principal,
+            host=host,
+            operation=operation,
+            permission_type=permission_type,
+        )
+        return record, pos
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoveAccessControlEntryRecord:
+    """An ACL was deleted; appears only in the log, never in a snapshot.  Api key 19, v0."""
+
+    API_KEY: ClassVar[int] = 19
+    VERSION: ClassVar[int] = 0
+
+    id: uuid.UUID
+    """The ID of the AccessControlEntry to remove."""
+
+    def encode_body(self, out: bytearray) -> None:
+        _write_uuid(out, self.id, "RemoveAccessControlEntryRecord.id")
+        _write_no_tagged_fields(out)
+
+    @classmethod
+    def decode_body(
+        cls, buf: bytes | memoryview, pos: int
+    ) -> tuple[RemoveAccessControlEntryRecord, int]:
+        acl_id, pos = _read_uuid(buf, pos)
+        pos = _skip_tagged_fields(buf, pos)
+        return cls(id=acl_id), pos
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigRecord:
+    """Set (or, with ``value=None``, delete) one dynamic config key.  Api key 4, v0."""
+
+    API_KEY: ClassVar[int] = 4
+    VERSION: ClassVar[int] = 0
+
+    resource_type: int
+    """The ``ConfigResource.Type`` code (2 topic, 4 broker, 8 broker logger, ...)."""
+    resource_name: str
+    """The name of the resource; empty for the cluster-wide default."""
+    name: str
+    """The name of the configuration key."""
+    value: str | None
+    """The value of the configuration, or None if it should be deleted."""
+
+    def encode_body(self, out: bytearray) -> None:
+        where = "ConfigRecord"
+        _write_int8(out, self.resource_type, f"{where}.resource_type")
+        _write_compact_string(out, self.resource_name, f"{where}.resource_name")
+        _write_compact_string(out, self.name, f"{where}.name")
+        _write_nullable_compact_string(out, self.value, f"{where}.value")
+        _write_no_tagged_fields(out)
+
+    @classmethod
+    def decode_body(cls, buf: bytes | memoryview, pos: int) -> tuple[ConfigRecord, int]:
+        resource_type, pos = _read_int8(buf, pos)
+        resource_name, pos = _read_compact_string(buf, pos)
+        name, pos = _read_compact_string(buf, pos)
+        value, pos = _read_nullable_compact_string(buf, pos)
+        pos = _skip_tagged_fields(buf, pos)
+        record = cls(resource_type=resource_type, resource_name=resource_name, name=name, value=value)
+        return record, pos
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserScramCredentialRecord:
+    """A SCRAM credential for one user and mechanism.  Api key 11, v0."""
+
+    API_KEY: ClassVar[int] = 11
+    VERSION: ClassVar[int] = 0
+
+    name: str
+    """The user name."""
+    mechanism: int
+    """The SCRAM mechanism (1 SCRAM-SHA-256, 2 SCRAM-SHA-512)."""
+    salt: bytes
+    """A random salt generated by the client."""
+    stored_key: bytes
+    """The key the server uses to authenticate the client."""
+    server_key: bytes
+    """The key the client uses to validate the server's identity."""
+    iterations: int
+    """The number of iterations used in the SCRAM credential (int32)."""
+
+    def encode_body(self, out: bytearray) -> None:
+        where = "UserScramCredentialRecord"
+        _write_compact_string(out, self.name, f"{where}.name")
+        _write_int8(out, self.mechanism, f"{where}.mechanism")
+        _write_compact_bytes(out, self.salt, f"{where}.salt")
+        _write_compact_bytes(out, self.stored_key, f"{where}.stored_key")
+        _write_compact_bytes(out, self.server_key, f"{where}.server_key")
+        _write_int32(out, self.iterations, f"{where}.iterations")
+        _write_no_tagged_fields(out)
+
+    @classmethod
+    def decode_body(
+        cls, buf: bytes | memoryview, pos: int
+    ) -> tuple[UserScramCredentialRecord, int]:
+        name, pos = _read_compact_string(buf, pos)
+        mechanism, pos = _read_int8(buf, pos)
+        salt, pos = _read_compact_bytes(buf, pos)
+        stored_key, pos = _read_compact_bytes(buf, pos)
+        server_key, pos = _read_compact_bytes(buf, pos)
+        iterations, pos = _read_int32(buf, pos)
+        pos = _skip_tagged_fields(buf, pos)
+        record = cls(
+            name=name,
+            mechanism=mechanism,
+            salt=salt,
+            stored_key=stored_key,
+            server_key=server_key,
+            iterations=iterations,
+        )
+        return record, pos
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoveUserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism was deleted.  Api key 22, v0."""
+
+    API_KEY: ClassVar[int] = 22
+    VERSION: ClassVar[int] = 0
+
+    name: str
+    """The user name."""
+    mechanism: int
+    """The SCRAM mechanism."""
+
+    def encode_body(self, out: bytearray) -> None:
+        where = "RemoveUserScramCredentialRecord"
+        _write_compact_string(out, self.name, f"{where}.name")
+        _write_int8(out, self.mechanism, f"{where}.mechanism")
+        _write_no_tagged_fields(out)
+
+    @classmethod
+    def decode_body(
+        cls, buf: bytes | memoryview, pos: int
+    ) -> tuple[RemoveUserScramCredentialRecord, int]:
+        name, pos = _read_compact_string(buf, pos)
+        mechanism, pos = _read_int8(buf, pos)
+        pos = _skip_tagged_fields(buf, pos)
+        return cls(name=name, mechanism=mechanism), pos
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnknownMetadataRecord:
+    """A record of an (api key, version) kgw does not model, kept verbatim.
+
+    ``body`` is everything after the three frame varints; re-encoding reproduces the
+    original bytes, so state written by a newer writer survives a snapshot by kgw.
+    """
+
+    api_key: int
+    version: int
+    body: bytes
+
+
+MetadataRecord: TypeAlias = (
+    AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
+    | ConfigRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
+    | UnknownMetadataRecord
+)
+
+_KNOWN = (
+    AccessControlEntryRecord,
+    RemoveAccessControlEntryRecord,
+    ConfigRecord,
+    UserScramCredentialRecord,
+    RemoveUserScramCredentialRecord,
+)
+#: (api key, version) -> record class.  Read-only by convention; built once.
+_DECODERS: Final = {(cls.API_KEY, cls.VERSION): cls for cls in _KNOWN}
+
+
+def encode_record(record: MetadataRecord) -> bytes:
+    """Frame and encode one record exactly as KRaft's ``MetadataRecordSerde`` does.
+
+    :raises MetadataRecordError: a field is out of range, of the wrong type, or a
+        string is too long.
+    """
+    out = bytearray()
+    out.append(FRAME_VERSION)  # uvarint(1) is the single byte 0x01
+    if isinstance(record, UnknownMetadataRecord):
+        write_uvarint(out, record.api_key)
+        write_uvarint(out, record.version)
+        out += record.body
+        return bytes(out)
+    if type(record) not in _KNOWN:
+        raise MetadataRecordError(f"not a metadata record: {type(record).__name__}")
+    write_uvarint(out, record.API_KEY)
+    write_uvarint(out, record.VERSION)
+    record.encode_body(out)
+    return bytes(out)
+
+
+def _read_frame_field(buf: bytes | memoryview, pos: int, what: str) -> tuple[int, int]:
+    try:
+        value, pos = read_uvarint(buf, pos)
+    except MetadataRecordError as exc:
+        raise MetadataRecordError(f"error while reading {what}: {exc}") from exc
+    if value > _MAX_FRAME_FIELD:
+        raise MetadataRecordError(f"value for {what} was too large: {value}")
+    return value, pos
+
+
+def _read_frame(data: bytes | memoryview) -> tuple[int, int, int]:
+    frame_version, pos = _read_frame_field(data, 0, "frame version")
+    if frame_version != FRAME_VERSION:
+        raise MetadataRecordError(
+            f"unsupported metadata record frame version {frame_version} "
+            f"(only {FRAME_VERSION} is supported)"
+        )
+    api_key, pos = _read_frame_field(data, pos, "api key")
+    version, pos = _read_frame_field(data, pos, "version")
+    return api_key, version, pos
+
+
+def decode_record(data: bytes | memoryview) -> MetadataRecord:
+    """Decode one framed record; the whole of ``data`` must be consumed.
+
+    :raises MetadataRecordError: bad frame version, truncated body, invalid UTF-8,
+        or trailing bytes after the message.
+    """
+    if len(data) >= 3 and data[0] == FRAME_VERSION and data[1] < 0x80 and data[2] < 0x80:
+        api_key, version, pos = data[1], data[2], 3  # fast path: single-byte varints
+    else:
+        api_key, version, pos = _read_frame(data)
+    cls = _DECODERS.get((api_key, version))
+    if cls is None:
+        return UnknownMetadataRecord(api_key=api_key, version=version, body=bytes(data[pos:]))
+    try:
+        record, end = cls.decode_body(data, pos)
+    except MetadataRecordError as exc:
+        raise MetadataRecordError(f"failed to decode {cls.__name__} v{version}: {exc}") from exc
+    if end != len(data):
+        raise MetadataRecordError(
+            f"found {len(data) - end} byte(s) of garbage after {cls.__name__}"
+        )
+    return record

@@ -1,0 +1,131 @@
+"""A read-only view of the metadata state in the KIP-801 metadata-shell form.
+
+Theory of operation
+===================
+
+Kafka's metadata shell (``kafka-metadata-shell.sh``, KIP-801) replays the metadata
+log into a tree of paths and lets an operator ``ls``/``cat`` it.  kgw offers the same
+view for its own store, for debugging and support bundles:
+
+* ``/acl/id/<uuid>`` -> the ACL as a JSON object, with the field names Kafka's
+  generated ``AccessControlEntryRecordJsonConverter`` uses (``id``, ``resourceType``,
+  ``resourceName``, ``patternType``, ``principal``, ``host``, ``operation``,
+  ``permissionType``; the codes stay numeric as in the record).
+* ``/configs/<type>/<name>/<key>`` -> the config value.  ``<type>`` is ``topic`` /
+  ``broker`` as in the shell, other ``ConfigResource.Type`` codes use the lower-case
+  enum name (``broker_logger``, ``client_metrics``, ``group``); an empty resource
+  name (the cluster default) appears as ``<default>``.
+
+The state is produced by replaying :class:`~authz.metadata_log.LoadedState` in
+order: snapshot records, then log records.  An ``AccessControlEntryRecord`` adds
+``/acl/id/<uuid>``, a ``RemoveAccessControlEntryRecord`` removes it, a
+``ConfigRecord`` with a value sets the key and one with ``value=None`` deletes it.
+SCRAM credential records and unknown records are not shown (the shell has no
+documented path for them and credentials must not be dumped).
+
+UUIDs are printed the way Kafka prints them (``Uuid.toString()``: URL-safe base64,
+no padding, 22 characters) so paths match what Kafka's tools show; pass
+``uuid_format="canonical"`` for the familiar hex-and-dashes form.
+
+Everything here is pure: no I/O, no dependency on other authz modules.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal
+
+from authz.metadata_log import LoadedState
+from authz.metadata_records import (
+    AccessControlEntryRecord,
+    ConfigRecord,
+    MetadataRecord,
+    RemoveAccessControlEntryRecord,
+)
+
+__all__ = ["config_type_name", "dump_records", "dump_state", "kafka_uuid_str", "render"]
+
+UuidFormat = Literal["kafka", "canonical"]
+
+#: ``ConfigResource.Type`` codes -> shell directory names.
+_CONFIG_TYPE_NAMES: Final = {
+    2: "topic",
+    4: "broker",
+    8: "broker_logger",
+    16: "client_metrics",
+    32: "group",
+}
+_DEFAULT_RESOURCE: Final = "<default>"
+
+
+def kafka_uuid_str(value: uuid.UUID) -> str:
+    """Kafka's ``Uuid.toString()``: URL-safe base64 without padding.
+
+    >>> kafka_uuid_str(uuid.UUID(int=0))
+    'AAAAAAAAAAAAAAAAAAAAAA'
+    """
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
+
+
+def config_type_name(resource_type: int) -> str:
+    """The ``/configs/<type>`` directory for a ``ConfigResource.Type`` code."""
+    return _CONFIG_TYPE_NAMES.get(resource_type, f"type_{resource_type}")
+
+
+def _uuid_text(value: uuid.UUID, uuid_format: UuidFormat) -> str:
+    return kafka_uuid_str(value) if uuid_format == "kafka" else str(value)
+
+
+def _acl_json(record: AccessControlEntryRecord, uuid_format: UuidFormat) -> dict[str, Any]:
+    return {
+        "id": _uuid_text(record.id, uuid_format),
+        "resourceType": record.resource_type,
+        "resourceName": record.resource_name,
+        "patternType": record.pattern_type,
+        "principal": record.principal,
+        "host": record.host,
+        "operation": record.operation,
+        "permissionType": record.permission_type,
+    }
+
+
+def _config_path(record: ConfigRecord) -> str:
+    name = record.resource_name or _DEFAULT_RESOURCE
+    return f"/configs/{config_type_name(record.resource_type)}/{name}/{record.name}"
+
+
+def dump_records(
+    records: Iterable[MetadataRecord], *, uuid_format: UuidFormat = "kafka"
+) -> dict[str, Any]:
+    """Replay ``records`` in order into ``{path: value}``, sorted by path."""
+    tree: dict[str, Any] = {}
+    for record in records:
+        if isinstance(record, AccessControlEntryRecord):
+            tree[f"/acl/id/{_uuid_text(record.id, uuid_format)}"] = _acl_json(record, uuid_format)
+        elif isinstance(record, RemoveAccessControlEntryRecord):
+            tree.pop(f"/acl/id/{_uuid_text(record.id, uuid_format)}", None)
+        elif isinstance(record, ConfigRecord):
+            if record.value is None:
+                tree.pop(_config_path(record), None)
+            else:
+                tree[_config_path(record)] = record.value
+    return dict(sorted(tree.items()))
+
+
+def dump_state(loaded_state: LoadedState, *, uuid_format: UuidFormat = "kafka") -> dict[str, Any]:
+    """The metadata-shell view of a loaded store: snapshot, then log, replayed."""
+    return dump_records(loaded_state.records(), uuid_format=uuid_format)
+
+
+def render(dump: Mapping[str, Any] | LoadedState) -> str:
+    """One ``path: value`` line per node; ACLs as compact JSON, configs verbatim."""
+    if isinstance(dump, LoadedState):
+        dump = dump_state(dump)
+    lines = []
+    for path, value in dump.items():
+        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        lines.append(f"{path}: {text}")
+    return "\n".join(lines) + ("\n" if lines else "")

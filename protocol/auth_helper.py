@@ -1,0 +1,93 @@
+"""The request layer's questions to the authorizer (Kafka's ``AuthHelper``).
+
+Theory of operation
+-------------------
+API modules never build :class:`~authz.authorizer.Action` objects by hand;
+they ask one of these questions, each matching a call site pattern of Kafka's
+request layer (fact sheet §0.1):
+
+* :meth:`AuthHelper.allowed` — a single check on one LITERAL resource;
+* :meth:`AuthHelper.filter` — the batch filter: one action per *distinct*
+  name with ``resource_reference_count`` = how many request entries name it,
+  in one ``authorize`` call, returning the allowed names;
+* :meth:`AuthHelper.authorized_operations` — the KIP-430 bitfield, with both
+  log flags off;
+* :meth:`AuthHelper.by_resource_type` — KIP-679.
+
+With no authorizer configured every check passes and authorized operations
+are "all supported", as on a broker with an empty ``authorizer.class.name``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from authz.acl import (
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    authorized_operations_bitfield,
+)
+from authz.authorizer import Action, AuthorizableRequestContext, AuthorizationResult, Authorizer
+
+__all__ = ["AuthHelper"]
+
+_ALLOWED = AuthorizationResult.ALLOWED
+
+
+class AuthHelper:
+    __slots__ = ("authorizer", "context")
+
+    def __init__(self, authorizer: Authorizer | None, context: AuthorizableRequestContext | None) -> None:
+        self.authorizer = authorizer
+        self.context = context
+
+    @property
+    def enabled(self) -> bool:
+        return self.authorizer is not None
+
+    def allowed(self, resource_type: ResourceType, name: str, op: AclOperation,
+                log_if_allowed: bool = True, log_if_denied: bool = True, ref_count: int = 1) -> bool:
+        if self.authorizer is None:
+            return True
+        action = Action(ResourcePattern(resource_type, name, PatternType.LITERAL), op, ref_count,
+                        log_if_allowed, log_if_denied)
+        return self.authorizer.authorize(self.context, (action,))[0] is _ALLOWED
+
+    def cluster(self, op: AclOperation, log_if_allowed: bool = True, log_if_denied: bool = True) -> bool:
+        return self.allowed(ResourceType.CLUSTER, CLUSTER_NAME, op, log_if_allowed, log_if_denied)
+
+    def filter(self, resource_type: ResourceType, op: AclOperation, names: Mapping[str, int] | Iterable[str],
+               log_if_allowed: bool = True, log_if_denied: bool = True) -> set[str]:
+        """The names (of ``names``: name -> reference count, or an iterable) that are allowed."""
+        if not isinstance(names, Mapping):
+            counts: dict[str, int] = {}
+            for n in names:
+                counts[n] = counts.get(n, 0) + 1
+            names = counts
+        if self.authorizer is None or not names:
+            return set(names)
+        ordered = list(names.items())
+        actions = [
+            Action(ResourcePattern(resource_type, name, PatternType.LITERAL), op, count, log_if_allowed, log_if_denied)
+            for name, count in ordered
+        ]
+        results = self.authorizer.authorize(self.context, actions)
+        return {name for (name, _), result in zip(ordered, results) if result is _ALLOWED}
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        supported = tuple(SUPPORTED_OPERATIONS[resource_type])
+        if self.authorizer is None:
+            return authorized_operations_bitfield(supported)
+        pattern = ResourcePattern(resource_type, name, PatternType.LITERAL)
+        actions = [Action(pattern, op, 1, False, False) for op in supported]
+        results = self.authorizer.authorize(self.context, actions)
+        return authorized_operations_bitfield(op for op, r in zip(supported, results) if r is _ALLOWED)
+
+    def by_resource_type(self, op: AclOperation, resource_type: ResourceType) -> bool:
+        if self.authorizer is None:
+            return True
+        return self.authorizer.authorize_by_resource_type(self.context, op, resource_type) is _ALLOWED
