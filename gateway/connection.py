@@ -46,7 +46,7 @@ import trio
 from authz.authorizer import AuthorizableRequestContext, AuthorizerNotReadyError
 from authz.principal import ANONYMOUS
 from protocol.apis.api_versions import build_response as build_api_versions
-from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
+from protocol.apis.base import FORWARD, ApiSpec, Decision, RefuseRequest, RequestInfo
 from protocol.auth_helper import AuthHelper
 from protocol.apis.registry import REGISTRY
 from protocol.codecs import CodecError
@@ -115,10 +115,11 @@ class ClientConnection:
                 self._nursery = nursery
                 await self._read_client()
                 nursery.cancel_scope.cancel()
-        except CloseConnection as e:
-            self._metrics.errors.labels(self._listener_name, "-", e.metric).inc()
-            log.info("closing client connection: %s", e, extra=self._fields())
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except* CloseConnection as group:
+            for e in group.exceptions:
+                self._metrics.errors.labels(self._listener_name, "-", e.metric).inc()
+                log.info("closing client connection: %s", e, extra=self._fields())
+        except* (trio.BrokenResourceError, trio.ClosedResourceError):
             log.debug("client connection broken", extra=self._fields())
         finally:
             if self._upstream is not None:
@@ -188,7 +189,11 @@ class ClientConnection:
             raise CloseConnection(f"malformed {spec.name} v{header.api_version} request: {e}", "decode") from None
         auth = self._auth_helper(header)
         if spec.answered_locally:
-            await self._answer_locally(header, spec, await spec.answer(self.gw, auth, header, info))
+            try:
+                answer = await spec.answer(self.gw, auth, header, info)
+            except RefuseRequest as e:
+                raise CloseConnection(f"{spec.name} refused: {e}", "refused") from None
+            await self._answer_locally(header, spec, answer)
             return
         decision = self._enforce(spec, auth, header, body, info)
         if decision.close is not None:
@@ -219,6 +224,8 @@ class ClientConnection:
             return FORWARD
         try:
             return spec.enforce(auth, header, body, info)
+        except RefuseRequest as e:
+            raise CloseConnection(f"{spec.name} refused: {e}", "refused") from None
         except AuthorizerNotReadyError:
             raise CloseConnection("authorizer not ready", "authorizer") from None
 

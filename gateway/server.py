@@ -1,8 +1,10 @@
-"""The gateway: upstream cluster, listeners, admin endpoint, composed under one nursery.
+"""The gateway: upstream cluster, authorizer, metadata log, listeners, admin endpoint.
 
-Start-up order: discover the upstream (API versions, brokers), start the admin
-endpoint (so ``/readyz`` can say "not ready"), then open each listener once the
-authorizer reports it ready (KIP-504 ``start()``), and finally report readiness.
+Start-up order (KIP-504): configure the authorizer, discover the upstream (API
+versions, brokers), start the admin endpoint (so ``/readyz`` can say "not
+ready"), call ``authorizer.start()`` for one readiness event per listener,
+load the metadata log into the image (which completes the authorizer's
+initial load), and open each listener only once its event is set.
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ from typing import Callable
 
 import trio
 
+from authz.authorizer import AuthorizerServerInfo, Endpoint
+from authz.loader import load_authorizer
+from authz.metadata_image import MetadataImage
+from authz.metadata_log import DirectoryMetadataStore
 from gateway.admin_http import serve_admin
 from gateway.listeners import Listener
 from gateway.metrics import GatewayMetrics
@@ -37,11 +43,26 @@ class Gateway:
         self.metrics = GatewayMetrics()
         up = config.upstream
         self.cluster = UpstreamCluster(up.bootstrap_servers, up.connect_timeout_ms / 1000, up.request_timeout_ms / 1000)
-        self.authorizer = None
+        self.authorizer = self._make_authorizer(config)
+        self.image: MetadataImage | None = None
         self.listeners = [Listener(self, lc) for lc in config.listeners]
         self._ready: dict[str, bool] = {lc.name: False for lc in config.listeners}
         self._advertised: dict[int, VersionRange] | None = None
         self._advertised_for = None
+
+    @staticmethod
+    def _make_authorizer(config):
+        if not config.authorizer.class_name:
+            return None
+        authorizer = load_authorizer(config.authorizer.class_name)()
+        authorizer.configure(dict(config.authorizer.config))
+        return authorizer
+
+    def server_info(self) -> AuthorizerServerInfo:
+        endpoints = tuple(
+            Endpoint(lc.name, str(lc.security_protocol), lc.host, lc.port) for lc in self.config.listeners
+        )
+        return AuthorizerServerInfo(self.config.cluster_id, 0, endpoints, None)
 
     def readiness(self) -> dict[str, bool]:
         return dict(self._ready)
@@ -62,11 +83,35 @@ class Gateway:
             if cfg.admin is not None:
                 port = await nursery.start(serve_admin, cfg.admin.host, cfg.admin.port, self.metrics.registry, self.readiness)
                 admin = (cfg.admin.host, port)
+            store = DirectoryMetadataStore(cfg.metadata.path)
+            nursery.start_soon(self._close_on_exit, store)
+            self.image = MetadataImage(store, self.authorizer, cfg.metadata.snapshot_every_records)
+            ready_events = {}
+            if self.authorizer is not None:
+                if hasattr(self.authorizer, "acl_writer"):
+                    self.authorizer.acl_writer = self.image.write_acls
+                if hasattr(self.authorizer, "monitor"):
+                    self.authorizer.monitor(self.metrics.registry)
+                ready_events = {e.listener_name: ev for e, ev in self.authorizer.start(self.server_info()).items()}
+            await self.image.load()
             bound = {}
             for listener in self.listeners:
+                event = ready_events.get(listener.name)
+                if event is not None and not event.is_set():
+                    log.info("listener %s waits for the authorizer to be ready", listener.name)
+                    await event.wait()
                 port = await nursery.start(listener.serve)
                 bound[listener.name] = (listener.config.host, port)
                 self._ready[listener.name] = True
                 self.metrics.ready.labels(listener.name).set(1)
                 log.info("listener %s accepting on %s:%d", listener.name, listener.config.host, port)
             task_status.started(StartedGateway(bound, admin))
+
+    async def _close_on_exit(self, store) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await store.aclose()
+                if self.authorizer is not None:
+                    self.authorizer.close()

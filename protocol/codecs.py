@@ -48,19 +48,17 @@ def _writer(cls: type):
 
 def _decode(cls: type, buf: memoryview | bytes, offset: int):
     try:
-        value, size = _reader(cls)(buf, offset)
+        value, _size = _reader(cls)(buf, offset)
     except (SerialError, ValueError, IndexError, UnicodeDecodeError, OverflowError) as e:
         raise CodecError(f"cannot decode {cls.__name__} v{cls.__version__}: {e}") from e
     except Exception as e:  # the native reader raises a few other types on garbage
         raise CodecError(f"cannot decode {cls.__name__} v{cls.__version__}: {e!r}") from e
-    if offset + size != len(buf):
-        raise CodecError(
-            f"{cls.__name__} v{cls.__version__}: {len(buf) - offset - size} trailing bytes after the body"
-        )
     return value
 
 
 def decode_request(api_key: int, version: int, buf: memoryview | bytes, offset: int):
+    """Decode a request body.  Bytes after the body are ignored, as a Kafka broker
+    ignores them (librdkafka sends some), and the original frame is forwarded."""
     return _decode(request_class(api_key, version), buf, offset)
 
 
@@ -72,3 +70,20 @@ def encode(entity: object) -> bytes:
     out = io.BytesIO()
     _writer(type(entity))(out, entity)
     return out.getvalue()
+
+
+def nested(cls: type, field_name: str) -> type:
+    """The entity class of a (tuple-of-)entity field: ``nested(ProduceResponse, "responses")``."""
+    tp = cls.__dataclass_fields__[field_name].type
+    args = getattr(tp, "__args__", None)
+    return args[0] if args else tp
+
+
+def has_field(cls: type, field_name: str) -> bool:
+    return field_name in cls.__dataclass_fields__
+
+
+def make(cls: type, **values):
+    """Build ``cls`` from the fields it has among ``values`` (versions differ in fields)."""
+    names = cls.__dataclass_fields__
+    return cls(**{k: v for k, v in values.items() if k in names})

@@ -30,7 +30,7 @@ from typing import Any, Awaitable, Callable, Protocol
 from protocol.headers import RequestHeader
 from protocol.resources import TouchedResources
 
-__all__ = ["ApiSpec", "Decision", "FORWARD", "NodeMap", "RequestInfo", "RequestInspector", "ResponseRewriter"]
+__all__ = ["ApiSpec", "Decision", "FORWARD", "RefuseRequest", "NodeMap", "RequestInfo", "RequestInspector", "ResponseRewriter"]
 
 
 class NodeMap(Protocol):
@@ -72,6 +72,11 @@ class Decision:
 
 
 FORWARD = Decision()
+
+
+class RefuseRequest(Exception):
+    """Raised by an enforcer or local answer: close the connection without a response,
+    as a broker does for a request it cannot parse (e.g. an UNKNOWN code in an ACL request)."""
 Enforcer = Callable[[Any, RequestHeader, memoryview, RequestInfo], Decision]
 LocalAnswer = Callable[[Any, Any, RequestHeader, RequestInfo], Awaitable[bytes]]
 

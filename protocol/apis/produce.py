@@ -16,12 +16,24 @@ gateway addresses.
 
 from __future__ import annotations
 
+import io
+import struct
 from collections import Counter
 from dataclasses import replace
+from datetime import timedelta
+
+from kio.schema.errors import ErrorCode
+from kio.serial.writers import write_unsigned_varint
+from kio.static.primitive import i32 as i32_
+from kio.static.primitive import i64 as i64_
+
+from authz.acl import AclOperation, ResourceType
+from protocol.auth_helper import AuthHelper
+from protocol.errors import TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 from protocol.apis.addresses import rewrite_node_list
-from protocol.apis.base import ApiSpec, NodeMap, RequestInfo
-from protocol.codecs import CodecError, decode_response, encode
+from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RequestInfo
+from protocol.codecs import CodecError, decode_response, encode, make, nested, response_class
 from protocol.headers import RequestHeader
 from protocol.resources import ResourceKind
 from protocol.wire import WalkError, array_len, i16, i32, skip_bytes, skip_string, skip_tagged
@@ -29,16 +41,33 @@ from protocol.wire import WalkError, array_len, i16, i32, skip_bytes, skip_strin
 __all__ = ["SPECS", "walk_produce_request", "ProduceShape"]
 
 
+class TopicSpan:
+    """One topic entry of a Produce request: its name, partitions, and where its bytes are."""
+
+    __slots__ = ("name", "partitions", "start", "end")
+
+    def __init__(self, name: str, partitions: list[int], start: int, end: int) -> None:
+        self.name = name
+        self.partitions = partitions
+        self.start = start
+        self.end = end
+
+
 class ProduceShape:
-    """What the gateway needs of a Produce request: ids, acks, topics and their partition counts."""
+    """What the gateway needs of a Produce request, found without decoding any record batch."""
 
-    __slots__ = ("transactional_id", "acks", "timeout_ms", "topics")
+    __slots__ = ("transactional_id", "acks", "timeout_ms", "topics", "transactional", "topics_at", "topics_end")
 
-    def __init__(self, transactional_id, acks, timeout_ms, topics):
+    def __init__(self, transactional_id, acks, timeout_ms, topics, transactional, topics_at, topics_end):
         self.transactional_id = transactional_id
         self.acks = acks
         self.timeout_ms = timeout_ms
-        self.topics: list[tuple[str, int]] = topics  # (topic name or topic-id hex, partition count)
+        self.topics: list[TopicSpan] = topics
+        #: some batch has the transactional attribute bit (0x10) set
+        self.transactional = transactional
+        #: offsets of the topic array (its length prefix) and of what follows it
+        self.topics_at = topics_at
+        self.topics_end = topics_end
 
 
 def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceShape:
@@ -49,9 +78,12 @@ def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceSha
         txn, off = skip_string(frame, off, flexible)
         acks, off = i16(frame, off)
         timeout_ms, off = i32(frame, off)
+        topics_at = off
         n_topics, off = array_len(frame, off, flexible)
         topics = []
+        transactional = False
         for _ in range(max(n_topics, 0)):
+            start = off
             if version >= 13:
                 end = off + 16
                 if end > len(frame):
@@ -61,28 +93,34 @@ def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceSha
             else:
                 name, off = skip_string(frame, off, flexible)
             n_parts, off = array_len(frame, off, flexible)
+            partitions = []
             for _ in range(max(n_parts, 0)):
-                off += 4  # partition index
-                _s, _e, off = skip_bytes(frame, off, flexible)
+                index, off = i32(frame, off)
+                partitions.append(index)
+                rec_start, rec_end, off = skip_bytes(frame, off, flexible)
+                # record batch v2: attributes (int16) at byte 21; bit 4 = transactional
+                if rec_end - rec_start >= 23 and frame[rec_start + 22] & 0x10:
+                    transactional = True
                 if flexible:
                     off = skip_tagged(frame, off)
             if flexible:
                 off = skip_tagged(frame, off)
-            topics.append((name, max(n_parts, 0)))
+            topics.append(TopicSpan(name, partitions, start, off))
+        topics_end = off
         if flexible:
             off = skip_tagged(frame, off)
     except (WalkError, UnicodeDecodeError) as e:
         raise CodecError(f"malformed Produce v{version} request: {e}") from e
     if off != len(frame):
         raise CodecError(f"malformed Produce v{version} request: {len(frame) - off} trailing bytes")
-    return ProduceShape(txn, acks, timeout_ms, topics)
+    return ProduceShape(txn, acks, timeout_ms, topics, transactional, topics_at, topics_end)
 
 
 def _inspect(header: RequestHeader, frame: memoryview) -> RequestInfo:
     shape = walk_produce_request(header, frame)
     resources: Counter[tuple[str, str]] = Counter()
-    for name, partitions in shape.topics:
-        resources[(ResourceKind.TOPIC, name)] += partitions
+    for topic in shape.topics:
+        resources[(ResourceKind.TOPIC, topic.name)] += len(topic.partitions)
     if shape.transactional_id is not None:
         resources[(ResourceKind.TRANSACTIONAL_ID, shape.transactional_id)] += 1
     return RequestInfo(
@@ -91,6 +129,82 @@ def _inspect(header: RequestHeader, frame: memoryview) -> RequestInfo:
         broker_wait_s=max(shape.timeout_ms, 0) / 1000.0,
         decoded=shape,
     )
+
+
+def _partition_errors(version: int, topics: list[TopicSpan], error: int) -> list:
+    cls = response_class(0, version)
+    topic_cls = nested(cls, "responses")
+    part_cls = nested(topic_cls, "partition_responses")
+    return [
+        topic_cls(name=t.name, partition_responses=tuple(
+            make(part_cls, index=i32_(p), error_code=ErrorCode(error), base_offset=i64_(-1), log_append_time=None,
+                 log_start_offset=i64_(-1), record_errors=(), error_message=None)
+            for p in t.partitions))
+        for t in topics
+    ]
+
+
+def _error_response(version: int, topics: list[TopicSpan], error: int) -> bytes:
+    cls = response_class(0, version)
+    return encode(make(cls, responses=tuple(_partition_errors(version, topics, error)), throttle_time=timedelta(0)))
+
+
+def _encode_array_len(n: int, flexible: bool) -> bytes:
+    if flexible:
+        out = io.BytesIO()
+        write_unsigned_varint(out, n + 1)
+        return out.getvalue()
+    return struct.pack(">i", n)
+
+
+def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
+    """Fact sheet §1.1 Produce: transactional id WRITE (whole request), then TOPIC WRITE per topic."""
+    if not auth.enabled:
+        return FORWARD
+    shape: ProduceShape = info.decoded
+    version = header.api_version
+    if shape.transactional and (
+        shape.transactional_id is None
+        or not auth.allowed(ResourceType.TRANSACTIONAL_ID, shape.transactional_id, AclOperation.WRITE)
+    ):
+        if shape.acks == 0:
+            return Decision(close="transactional produce with acks=0 denied (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
+        return Decision(respond=_error_response(version, shape.topics, TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    counts: dict[str, int] = {}
+    for t in shape.topics:
+        counts[t.name] = counts.get(t.name, 0) + len(t.partitions)
+    allowed = auth.filter(ResourceType.TOPIC, AclOperation.WRITE, counts)
+    if len(allowed) == len(counts):
+        return FORWARD
+    denied = [t for t in shape.topics if t.name not in allowed]
+    if shape.acks == 0:
+        return Decision(close=f"produce with acks=0 denied on {len(denied)} topic(s) (TOPIC_AUTHORIZATION_FAILED)")
+    if not allowed:
+        return Decision(respond=_error_response(version, shape.topics, TOPIC_AUTHORIZATION_FAILED))
+    kept = [t for t in shape.topics if t.name in allowed]
+    request = b"".join((
+        bytes(body[header.size : shape.topics_at]),
+        _encode_array_len(len(kept), header.flexible),
+        *(body[t.start : t.end] for t in kept),
+        bytes(body[shape.topics_end :]),
+    ))
+
+    def merge(buf, off: int) -> bytes:
+        response = decode_response(0, version, buf, off)
+        upstream = list(response.responses)
+        denied_entries = iter(_partition_errors(version, denied, TOPIC_AUTHORIZATION_FAILED))
+        merged = []
+        for t in shape.topics:  # request order
+            if t.name in allowed:
+                idx = next((i for i, r in enumerate(upstream) if r.name == t.name), None)
+                if idx is not None:
+                    merged.append(upstream.pop(idx))
+            else:
+                merged.append(next(denied_entries))
+        merged.extend(upstream)
+        return encode(replace(response, responses=tuple(merged)))
+
+    return Decision(request=request, merge=merge)
 
 
 def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> bytes | None:
@@ -102,4 +216,4 @@ def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> by
     return encode(replace(response, node_endpoints=rewrite_node_list(response.node_endpoints, nodes)))
 
 
-SPECS = (ApiSpec(0, "Produce", _inspect, _rewrite),)
+SPECS = (ApiSpec(0, "Produce", _inspect, _rewrite, enforce=_enforce),)

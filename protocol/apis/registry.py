@@ -18,7 +18,7 @@ from typing import Mapping
 
 from kio.schema.index import api_key_map
 
-from protocol.apis import addresses, fetch, groups, produce
+from protocol.apis import acls, addresses, fetch, groups, produce
 from protocol.apis.base import ApiSpec
 from protocol.apis.generic import inspect_decoded
 
@@ -37,7 +37,7 @@ _BROKER_INTERNAL = frozenset(
 )
 
 #: APIs kgw answers itself.
-LOCAL_KEYS = frozenset({18})
+LOCAL_KEYS = frozenset({18}) | acls.LOCAL_KEYS
 
 
 def _camel(name: str) -> str:
@@ -49,7 +49,7 @@ def _build() -> Mapping[int, ApiSpec]:
     for key, name in api_key_map.items():
         if key not in _BROKER_INTERNAL:
             table[key] = ApiSpec(key, _camel(name), inspect_decoded)
-    for module in (addresses, fetch, groups, produce):
+    for module in (acls, addresses, fetch, groups, produce):
         for spec in module.SPECS:
             table[spec.api_key] = spec
     table[18] = ApiSpec(18, "ApiVersions", inspect_decoded, answered_locally=True)

@@ -68,7 +68,7 @@ def _md_request(version=12):
 
 
 @pytest.fixture
-async def setup(nursery):
+async def setup(nursery, tmp_path):
     broker = await nursery.start(FakeBroker().serve)
     with trio.socket.socket() as probe:
         await probe.bind(("127.0.0.1", 0))
@@ -80,6 +80,7 @@ async def setup(nursery):
                      "connect_timeout_ms": 1000},
         "limits": {"max_frame_bytes": 4096},
         "admin": None,
+        "metadata": {"path": str(tmp_path / "meta")},
     })
     gateway = Gateway(config)
     started = await nursery.start(gateway.run)
@@ -195,12 +196,13 @@ async def test_upstream_that_never_answers_gets_the_connection_closed_after_time
     assert trio.current_time() - start >= 1.4  # request_timeout_ms 1500
 
 
-async def test_dead_upstream_closes_connection_instead_of_hanging(nursery):
+async def test_dead_upstream_closes_connection_instead_of_hanging(nursery, tmp_path):
     broker = await nursery.start(FakeBroker().serve)
     config = parse_config({
         "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "broker_port_base": 20000}],
         "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "connect_timeout_ms": 500},
         "admin": None,
+        "metadata": {"path": str(tmp_path / "meta")},
     })
     gateway = Gateway(config)
     port = (await nursery.start(gateway.run)).listeners["T"][1]

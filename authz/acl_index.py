@@ -1,0 +1,655 @@
+"""The immutable ACL index behind StandardAuthorizer (Kafka's AclCache + StandardAcl).
+
+Theory of operation
+-------------------
+Every ACL is turned, once, into a ``StandardAcl`` when it enters the index:
+its enums are checked, its principal text is parsed (never again on the hot
+path — the weak spot Kafka's KAFKA-20667 reports), and it keeps the original
+``AclBinding`` so listing ACLs builds nothing.  Each ACL is keyed by the UUID
+the metadata log gave it (KIP-801).
+
+Layout, for one resource type (a ``_Section``)::
+
+    literal   : {name -> Bucket}          # LITERAL ACLs, including name "*"
+    prefixed  : {prefix -> Bucket}        # PREFIXED ACLs
+    prefix_lengths : lengths present in ``prefixed``, longest first
+    groups    : {(principal, host, op) -> (StandardAcl, ...)}   # KIP-679 only
+
+    Bucket = {(principal text, host text) -> (StandardAcl, ...)}
+
+To find the ACLs that may apply to resource name ``n`` the authorizer does a
+dict lookup of ``n`` in ``literal``, one dict lookup of ``n[:k]`` in
+``prefixed`` for each length ``k`` present in ``prefix_lengths`` (so the cost
+is bounded by ``len(n)`` and does not grow with the number of ACLs), and a
+lookup of ``"*"`` in ``literal``.  Inside a bucket it makes at most four
+lookups — principal in {caller, ``User:*``} × host in {client IP, ``*``} —
+so ACLs of other principals or hosts are never visited
+(Kafka's StandardAuthorizerData walks them all), yet a non-empty bucket still
+tells it "this resource has ACLs", which ``allow.everyone.if.no.acl.found``
+needs (fact sheet §7.3).
+
+Immutability and swapping
+-------------------------
+An ``AclIndex`` is never changed after construction.  ``with_changes`` /
+``with_added`` / ``with_removed`` return a *new* index that shares every
+untouched bucket with the old one (copy-on-write of the dicts along the
+changed path only), so readers holding the old index — a batch ``authorize``
+call half-way through — keep a consistent view.  The only mutable parts are
+caches of values *derived* from the index (``group_summary``); they never
+change what the index answers and die with it.
+
+``by_type_decision`` answers the ACL part of KIP-679's
+``authorizeByResourceType`` from per-group summaries (see its docstring).
+"""
+
+from __future__ import annotations
+
+import bisect
+import uuid
+from typing import Iterable, Iterator, Mapping
+
+from .acl import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+    WILDCARD_HOST,
+    WILDCARD_RESOURCE,
+)
+from .principal import KafkaPrincipal, WILDCARD_PRINCIPAL_KEY, parse_principal
+
+__all__ = ["StandardAcl", "AclIndex", "GroupSummary"]
+
+_LITERAL = PatternType.LITERAL
+_PREFIXED = PatternType.PREFIXED
+_ALL = AclOperation.ALL
+
+
+class StandardAcl:
+    """One ACL in the form the authorizer matches on.
+
+    Attributes are read-only by convention (the class is slotted and only
+    built by ``from_binding``).  ``value_key`` is the 7-tuple Kafka compares
+    to detect an "already existing" ACL at create time.
+    """
+
+    __slots__ = (
+        "resource_type",
+        "resource_name",
+        "pattern_type",
+        "principal",
+        "kafka_principal",
+        "host",
+        "operation",
+        "permission_type",
+        "is_deny",
+        "binding",
+        "value_key",
+        "bucket_key",
+        "matching_rule",
+        "acl_id",
+    )
+
+    resource_type: ResourceType
+    resource_name: str
+    pattern_type: PatternType
+    principal: str
+    kafka_principal: KafkaPrincipal
+    host: str
+    operation: AclOperation
+    permission_type: AclPermissionType
+    is_deny: bool
+    binding: AclBinding
+    value_key: tuple
+    bucket_key: tuple[str, str]  # (principal, host): the key inside a bucket
+    matching_rule: object  # filled lazily by the authorizer with its rule object
+    acl_id: uuid.UUID | None  # set when the ACL enters an index
+
+    @classmethod
+    def from_binding(cls, binding: AclBinding, principals: dict[str, KafkaPrincipal] | None = None) -> "StandardAcl":
+        """:raises ValueError: if the binding is not a storable ACL (non-specific
+        or UNKNOWN field, or a principal without ``:``).
+
+        ``principals`` is an optional parse cache (principal text -> parsed),
+        so a snapshot parses each distinct principal once."""
+        pattern, entry = binding.pattern, binding.entry
+        if pattern.resource_type in (ResourceType.ANY, ResourceType.UNKNOWN):
+            raise ValueError(f"Invalid resourceType {pattern.resource_type.name} in {binding}")
+        if not pattern.pattern_type.is_specific:
+            raise ValueError(f"Invalid patternType {pattern.pattern_type.name} in {binding}")
+        if entry.operation in (AclOperation.ANY, AclOperation.UNKNOWN):
+            raise ValueError(f"Invalid operation {entry.operation.name} in {binding}")
+        if entry.permission_type not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
+            raise ValueError(f"Invalid permissionType {entry.permission_type.name} in {binding}")
+        self = cls.__new__(cls)
+        self.resource_type = pattern.resource_type
+        self.resource_name = pattern.name
+        self.pattern_type = pattern.pattern_type
+        parsed = principals.get(entry.principal) if principals is not None else None
+        if parsed is None:
+            parsed = parse_principal(entry.principal)  # parsed once, here
+            if principals is not None:
+                principals[entry.principal] = parsed
+        self.kafka_principal = parsed
+        self.principal = self.kafka_principal.key
+        self.host = entry.host
+        self.operation = entry.operation
+        self.permission_type = entry.permission_type
+        self.is_deny = entry.permission_type is AclPermissionType.DENY
+        self.binding = binding
+        self.value_key = (
+            self.resource_type,
+            self.resource_name,
+            self.pattern_type,
+            self.principal,
+            self.host,
+            self.operation,
+            self.permission_type,
+        )
+        self.bucket_key = (self.principal, self.host)
+        self.matching_rule = None
+        self.acl_id = None
+        return self
+
+    def with_id(self, acl_id: uuid.UUID) -> "StandardAcl":
+        """This ACL tagged with ``acl_id`` (a copy if it already has another id)."""
+        if self.acl_id is None:
+            self.acl_id = acl_id
+            return self
+        if self.acl_id == acl_id:
+            return self
+        return StandardAcl.from_binding(self.binding).with_id(acl_id)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StandardAcl):
+            return NotImplemented
+        return self.value_key == other.value_key
+
+    def __hash__(self) -> int:
+        return hash(self.value_key)
+
+    def __str__(self) -> str:
+        # The form Kafka prints in "based on rule MatchingAcl(acl=...)".
+        return (
+            f"StandardAcl(resourceType={self.resource_type.name}, resourceName={self.resource_name}, "
+            f"patternType={self.pattern_type.name}, principal={self.principal}, host={self.host}, "
+            f"operation={self.operation.name}, permissionType={self.permission_type.name})"
+        )
+
+    __repr__ = __str__
+
+
+Bucket = Mapping[tuple[str, str], tuple[StandardAcl, ...]]
+_GroupKey = tuple[str, str, AclOperation]
+
+
+class GroupSummary:
+    """What one ``(principal, host, operation)`` group of a resource type says
+    for KIP-679, precomputed once per index.
+
+    ``survivor_literals`` / ``survivor_prefixes`` (sorted) are the ALLOW names
+    not already cancelled by this group's own DENYs; a DENY from another group
+    can still cancel them at query time.
+    """
+
+    __slots__ = (
+        "wildcard_allow",
+        "wildcard_deny",
+        "deny_literals",
+        "deny_prefixes",
+        "deny_prefix_lengths",
+        "survivor_literals",
+        "survivor_prefixes",
+    )
+
+    def __init__(self, acls: Iterable[StandardAcl]) -> None:
+        allow_lit: set[str] = set()
+        allow_pre: set[str] = set()
+        deny_lit: set[str] = set()
+        deny_pre: set[str] = set()
+        self.wildcard_allow = False
+        self.wildcard_deny = False
+        for acl in acls:
+            literal = acl.pattern_type is _LITERAL
+            if literal and acl.resource_name == WILDCARD_RESOURCE:
+                if acl.is_deny:
+                    self.wildcard_deny = True
+                else:
+                    self.wildcard_allow = True
+            elif acl.is_deny:
+                (deny_lit if literal else deny_pre).add(acl.resource_name)
+            else:
+                (allow_lit if literal else allow_pre).add(acl.resource_name)
+        self.deny_literals = frozenset(deny_lit)
+        self.deny_prefixes = frozenset(deny_pre)
+        self.deny_prefix_lengths = tuple(sorted({len(p) for p in deny_pre}))
+        self.survivor_literals = tuple(
+            sorted(n for n in allow_lit if n not in deny_lit and not _has_prefix_in(n, deny_pre, self.deny_prefix_lengths))
+        )
+        self.survivor_prefixes = tuple(
+            sorted(n for n in allow_pre if not _has_prefix_in(n, deny_pre, self.deny_prefix_lengths))
+        )
+
+
+def _has_prefix_in(name: str, prefixes: frozenset[str] | set[str], lengths: tuple[int, ...]) -> bool:
+    """Is some member of ``prefixes`` a prefix of ``name``?  ``lengths`` are
+    the distinct lengths of ``prefixes``, ascending: one probe per length."""
+    n = len(name)
+    for k in lengths:
+        if k > n:
+            return False
+        if name[:k] in prefixes:
+            return True
+    return False
+
+
+def _prefix_upper_bound(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with ``prefix``
+    (None if there is none)."""
+    chars = list(prefix)
+    while chars:
+        last = ord(chars[-1])
+        if last < 0x10FFFF:
+            chars[-1] = chr(last + 1)
+            return "".join(chars)
+        chars.pop()
+    return None
+
+
+def _first_undominated(
+    names: tuple[str, ...],
+    deny_literals: frozenset[str] | set[str],
+    deny_prefixes: frozenset[str] | set[str],
+    deny_prefix_lengths: tuple[int, ...],
+    check_literals: bool,
+) -> bool:
+    """Does ``names`` (sorted) hold a name that is not cancelled by a DENY
+    literal (if ``check_literals``) nor by a DENY prefix starting it?
+
+    With few deny prefixes and many names, the names each prefix cancels are a
+    contiguous run of the sorted tuple: they are skipped with two bisections
+    per prefix instead of probing every name.
+    """
+    if not names:
+        return False
+    if not deny_prefixes:
+        if not check_literals or not deny_literals:
+            return True
+        return any(n not in deny_literals for n in names)
+    if len(deny_prefixes) * 4 < len(names):
+        runs = []
+        for p in deny_prefixes:
+            lo = bisect.bisect_left(names, p)
+            upper = _prefix_upper_bound(p)
+            hi = len(names) if upper is None else bisect.bisect_left(names, upper, lo)
+            if lo < hi:
+                runs.append((lo, hi))
+        runs.sort()
+        pos = 0
+        for lo, hi in runs + [(len(names), len(names))]:
+            for i in range(pos, lo):  # names in the gap before this run survive prefixes
+                if not check_literals or names[i] not in deny_literals:
+                    return True
+            pos = max(pos, hi)
+        return False
+    for n in names:
+        if check_literals and n in deny_literals:
+            continue
+        if not _has_prefix_in(n, deny_prefixes, deny_prefix_lengths):
+            return True
+    return False
+
+
+class _Section:
+    """The ACLs of one resource type.  Immutable once published."""
+
+    __slots__ = ("literal", "prefixed", "prefix_lengths", "groups", "summaries")
+
+    def __init__(
+        self,
+        literal: dict[str, Bucket],
+        prefixed: dict[str, Bucket],
+        groups: dict[_GroupKey, tuple[StandardAcl, ...]],
+    ) -> None:
+        self.literal = literal
+        self.prefixed = prefixed
+        self.prefix_lengths = tuple(sorted({len(p) for p in prefixed}, reverse=True))
+        self.groups = groups
+        self.summaries: dict[_GroupKey, GroupSummary] = {}  # derived-value cache
+
+    def summary(self, key: _GroupKey) -> GroupSummary | None:
+        found = self.summaries.get(key)
+        if found is None:
+            acls = self.groups.get(key)
+            if acls is None:
+                return None
+            found = self.summaries[key] = GroupSummary(acls)
+        return found
+
+    def buckets_for(self, name: str) -> Iterator[Bucket]:
+        """Buckets whose pattern covers ``name``, in Kafka's walk order: the
+        exact literal, then prefixes longest first.  (The ``*`` bucket is not
+        included: the authorizer visits it last, and only if no DENY matched.)"""
+        bucket = self.literal.get(name)
+        if bucket is not None:
+            yield bucket
+        prefixed = self.prefixed
+        n = len(name)
+        for k in self.prefix_lengths:
+            if k <= n:
+                bucket = prefixed.get(name[:k])
+                if bucket is not None:
+                    yield bucket
+
+    def iter_acls(self) -> Iterator[StandardAcl]:
+        for table in (self.literal, self.prefixed):
+            for bucket in table.values():
+                for acls in bucket.values():
+                    yield from acls
+
+
+class AclIndex:
+    """An immutable, indexed set of ACLs keyed by UUID."""
+
+    __slots__ = ("_by_id", "_sections")
+
+    def __init__(self, by_id: dict[uuid.UUID, StandardAcl], sections: dict[ResourceType, _Section]) -> None:
+        self._by_id = by_id
+        self._sections = sections
+
+    # -- construction -------------------------------------------------------
+
+    @classmethod
+    def empty(cls) -> "AclIndex":
+        return cls({}, {})
+
+    @classmethod
+    def build(cls, acls: Mapping[uuid.UUID, StandardAcl]) -> "AclIndex":
+        """Index a whole snapshot at once (mutable builders, frozen at the end)."""
+        by_id = {acl_id: acl.with_id(acl_id) for acl_id, acl in acls.items()}
+        by_type: dict[ResourceType, list[StandardAcl]] = {}
+        for acl in by_id.values():
+            by_type.setdefault(acl.resource_type, []).append(acl)
+        sections = {rt: _build_section(items) for rt, items in by_type.items()}
+        return cls(by_id, sections)
+
+    @classmethod
+    def from_bindings(cls, bindings: Mapping[uuid.UUID, AclBinding]) -> "AclIndex":
+        return cls.build(_to_standard(bindings))
+
+    def with_added(self, acls: Mapping[uuid.UUID, StandardAcl]) -> "AclIndex":
+        return self.with_changes(acls, ())
+
+    def with_removed(self, ids: Iterable[uuid.UUID]) -> "AclIndex":
+        return self.with_changes({}, ids)
+
+    def with_changes(self, added: Mapping[uuid.UUID, StandardAcl], removed: Iterable[uuid.UUID]) -> "AclIndex":
+        """A new index with ``removed`` taken out and ``added`` put in.
+
+        Idempotent, so a change the authorizer applied itself and later sees
+        again while the metadata log is replayed is harmless: adding an id
+        that is present with the same ACL, or removing an absent id, does
+        nothing.  An id both added and removed in one call ends up absent (it
+        was created and deleted within one log delta).  Re-adding a present
+        id with a *different* ACL replaces it.
+        """
+        removed_ids = set(removed)
+        by_id = self._by_id
+        adds: list[StandardAcl] = []
+        drops: list[StandardAcl] = []
+        for acl_id in removed_ids:
+            old = by_id.get(acl_id)
+            if old is not None:
+                drops.append(old)
+        new_entries: dict[uuid.UUID, StandardAcl] = {}
+        for acl_id, acl in added.items():
+            if acl_id in removed_ids:
+                continue
+            old = by_id.get(acl_id)
+            if old is not None:
+                if old.value_key == acl.value_key:
+                    continue
+                drops.append(old)
+            acl = acl.with_id(acl_id)
+            adds.append(acl)
+            new_entries[acl_id] = acl
+        if not adds and not drops:
+            return self
+        new_by_id = dict(by_id)
+        for acl_id in removed_ids:
+            new_by_id.pop(acl_id, None)
+        new_by_id.update(new_entries)
+        sections = dict(self._sections)
+        touched = {a.resource_type for a in adds} | {a.resource_type for a in drops}
+        for rt in touched:
+            sections[rt] = _changed_section(
+                sections.get(rt),
+                [a for a in adds if a.resource_type is rt],
+                [a for a in drops if a.resource_type is rt],
+            )
+            if not sections[rt].groups:
+                del sections[rt]
+        return AclIndex(new_by_id, sections)
+
+    # -- queries ------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def get(self, acl_id: uuid.UUID) -> StandardAcl | None:
+        return self._by_id.get(acl_id)
+
+    def items(self) -> Iterable[tuple[uuid.UUID, StandardAcl]]:
+        return self._by_id.items()
+
+    def section(self, resource_type: ResourceType) -> _Section | None:
+        return self._sections.get(resource_type)
+
+    def contains_value(self, acl: StandardAcl) -> bool:
+        """Is an ACL equal to ``acl`` (all seven fields) already present?"""
+        section = self._sections.get(acl.resource_type)
+        if section is None:
+            return False
+        table = section.literal if acl.pattern_type is _LITERAL else section.prefixed
+        bucket = table.get(acl.resource_name)
+        if bucket is None:
+            return False
+        return any(other.value_key == acl.value_key for other in bucket.get(acl.bucket_key, ()))
+
+    def matching(self, binding_filter: AclBindingFilter) -> Iterator[tuple[uuid.UUID, StandardAcl]]:
+        """(id, acl) pairs matching the filter (fact sheet §2.7).
+
+        Uses the index to narrow by resource type and name; the filter's own
+        ``matches`` is the final word.
+        """
+        pf = binding_filter.pattern_filter
+        if pf.resource_type is ResourceType.ANY:
+            sections = list(self._sections.values())
+        else:
+            section = self._sections.get(pf.resource_type)
+            sections = [section] if section is not None else []
+        for section in sections:
+            for acl in _candidates_in(section, pf.name, pf.pattern_type):
+                if binding_filter.matches(acl.binding):
+                    yield acl.acl_id, acl  # type: ignore[misc]
+
+    def by_type_decision(
+        self, resource_type: ResourceType, principal_key: str, host: str, op: AclOperation
+    ) -> bool:
+        """The ACL part of KIP-679 (fact sheet §2.6 steps 2-6): True = ALLOWED.
+
+        Looks only at the ≤8 groups (principal ∈ {caller, ``User:*``}) ×
+        (host ∈ {client, ``*``}) × (operation ∈ {op, ALL}) — exact operation,
+        no implied operations.  A DENY on LITERAL ``*`` denies; an ALLOW on
+        LITERAL ``*`` allows; otherwise an ALLOW name survives if no DENY
+        (from any of the groups) cancels it.  Each group's own DENYs were
+        applied when its summary was built, so a query only tests the
+        survivors against the *other* groups' DENYs.
+        """
+        section = self._sections.get(resource_type)
+        if section is None:
+            return False
+        principals = (principal_key,) if principal_key == WILDCARD_PRINCIPAL_KEY else (principal_key, WILDCARD_PRINCIPAL_KEY)
+        hosts = (host,) if host == WILDCARD_HOST else (host, WILDCARD_HOST)
+        ops = (op,) if op is _ALL else (op, _ALL)
+        summaries = []
+        for p in principals:
+            for h in hosts:
+                for o in ops:
+                    s = section.summary((p, h, o))
+                    if s is not None:
+                        summaries.append(s)
+        if not summaries:
+            return False
+        if any(s.wildcard_deny for s in summaries):
+            return False
+        if any(s.wildcard_allow for s in summaries):
+            return True
+        for s in summaries:
+            others = [o for o in summaries if o is not s]
+            if len(others) == 0:
+                deny_lit: frozenset[str] | set[str] = frozenset()
+                deny_pre: frozenset[str] | set[str] = frozenset()
+            elif len(others) == 1:
+                deny_lit, deny_pre = others[0].deny_literals, others[0].deny_prefixes
+            else:
+                deny_lit = set().union(*(o.deny_literals for o in others))
+                deny_pre = set().union(*(o.deny_prefixes for o in others))
+            lengths = tuple(sorted({len(p) for p in deny_pre}))
+            # A DENY literal cancels an ALLOW literal of the same name only;
+            # it never cancels an ALLOW prefix.
+            if _first_undominated(s.survivor_literals, deny_lit, deny_pre, lengths, True):
+                return True
+            if _first_undominated(s.survivor_prefixes, deny_lit, deny_pre, lengths, False):
+                return True
+        return False
+
+
+# --------------------------------------------------------------------------
+# Section builders (copy-on-write)
+# --------------------------------------------------------------------------
+
+
+def _to_standard(bindings: Mapping[uuid.UUID, AclBinding]) -> dict[uuid.UUID, StandardAcl]:
+    out: dict[uuid.UUID, StandardAcl] = {}
+    principals: dict[str, KafkaPrincipal] = {}
+    for acl_id, binding in bindings.items():
+        try:
+            out[acl_id] = StandardAcl.from_binding(binding, principals)
+        except ValueError as exc:
+            raise ValueError(f"ACL {acl_id} cannot be indexed: {exc}") from exc
+    return out
+
+
+def _group_key(acl: StandardAcl) -> _GroupKey:
+    return (acl.principal, acl.host, acl.operation)
+
+
+def _build_section(acls: list[StandardAcl]) -> _Section:
+    literal: dict[str, dict[str, list[StandardAcl]]] = {}
+    prefixed: dict[str, dict[str, list[StandardAcl]]] = {}
+    groups: dict[_GroupKey, list[StandardAcl]] = {}
+    for acl in acls:
+        table = literal if acl.pattern_type is _LITERAL else prefixed
+        bucket = table.get(acl.resource_name)
+        if bucket is None:
+            bucket = table[acl.resource_name] = {}
+        lst = bucket.get(acl.bucket_key)
+        if lst is None:
+            bucket[acl.bucket_key] = [acl]
+        else:
+            lst.append(acl)
+        key = (acl.principal, acl.host, acl.operation)
+        g = groups.get(key)
+        if g is None:
+            groups[key] = [acl]
+        else:
+            g.append(acl)
+    return _Section(
+        {n: {p: tuple(v) for p, v in b.items()} for n, b in literal.items()},
+        {n: {p: tuple(v) for p, v in b.items()} for n, b in prefixed.items()},
+        {k: tuple(v) for k, v in groups.items()},
+    )
+
+
+def _changed_section(old: _Section | None, adds: list[StandardAcl], drops: list[StandardAcl]) -> _Section:
+    """Copy-on-write: copy the section's top-level dicts and only the buckets
+    and groups the change touches; everything else is shared with ``old``."""
+    literal = dict(old.literal) if old is not None else {}
+    prefixed = dict(old.prefixed) if old is not None else {}
+    groups = dict(old.groups) if old is not None else {}
+
+    # Gather the change per bucket and per group first, so a large batch
+    # costs one copy per touched bucket/group, not one per ACL.
+    bucket_changes: dict[tuple[PatternType, str], tuple[list[StandardAcl], set[int]]] = {}
+    group_changes: dict[_GroupKey, tuple[list[StandardAcl], set[int]]] = {}
+    for acl, is_add in [(a, False) for a in drops] + [(a, True) for a in adds]:
+        for changes, key in (
+            (bucket_changes, (acl.pattern_type, acl.resource_name)),
+            (group_changes, _group_key(acl)),
+        ):
+            entry = changes.get(key)  # type: ignore[attr-defined]
+            if entry is None:
+                entry = changes[key] = ([], set())  # type: ignore[index]
+            if is_add:
+                entry[0].append(acl)
+            else:
+                entry[1].add(id(acl))
+
+    for (pattern_type, name), (to_add, to_drop) in bucket_changes.items():
+        table = literal if pattern_type is _LITERAL else prefixed
+        per_key: dict[tuple[str, str], list[StandardAcl]] = {}
+        for acl in to_add:
+            per_key.setdefault(acl.bucket_key, []).append(acl)
+        bucket = dict(table.get(name, {}))
+        touched_keys = set(per_key) | {k for k, acls in bucket.items() if any(id(x) in to_drop for x in acls)}
+        for key in touched_keys:
+            kept = [a for a in bucket.get(key, ()) if id(a) not in to_drop]
+            kept.extend(per_key.get(key, ()))
+            if kept:
+                bucket[key] = tuple(kept)
+            else:
+                bucket.pop(key, None)
+        if bucket:
+            table[name] = bucket
+        else:
+            table.pop(name, None)
+
+    for key, (to_add, to_drop) in group_changes.items():
+        kept = [a for a in groups.get(key, ()) if id(a) not in to_drop] if to_drop else list(groups.get(key, ()))
+        kept.extend(to_add)
+        if kept:
+            groups[key] = tuple(kept)
+        else:
+            groups.pop(key, None)
+    return _Section(literal, prefixed, groups)
+
+
+def _candidates_in(section: _Section, name: str | None, pattern_type: PatternType) -> Iterator[StandardAcl]:
+    """ACLs of a section a pattern filter may select, using the index."""
+    tables: list[Bucket] = []
+    if name is None:
+        if pattern_type in (PatternType.LITERAL, PatternType.ANY, PatternType.MATCH):
+            tables.extend(section.literal.values())
+        if pattern_type in (PatternType.PREFIXED, PatternType.ANY, PatternType.MATCH):
+            tables.extend(section.prefixed.values())
+    elif pattern_type is PatternType.LITERAL:
+        tables.append(section.literal.get(name, {}))
+    elif pattern_type is PatternType.PREFIXED:
+        tables.append(section.prefixed.get(name, {}))
+    elif pattern_type is PatternType.ANY:
+        tables.append(section.literal.get(name, {}))
+        tables.append(section.prefixed.get(name, {}))
+    elif pattern_type is PatternType.MATCH:
+        tables.append(section.literal.get(name, {}))
+        if name != WILDCARD_RESOURCE:
+            tables.append(section.literal.get(WILDCARD_RESOURCE, {}))
+        for k in range(1, len(name) + 1):
+            bucket = section.prefixed.get(name[:k])
+            if bucket is not None:
+                tables.append(bucket)
+    for bucket in tables:
+        for acls in bucket.values():
+            yield from acls

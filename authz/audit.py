@@ -1,0 +1,136 @@
+"""Authorization audit log (Kafka's ``kafka.authorizer.logger``).
+
+Theory of operation
+-------------------
+Every action an authorizer decides produces at most one line on the
+dedicated logger ``kgw.authorizer``.  The level follows Kafka (fact sheet §3):
+
+=========================  ==========================
+decision                   level
+=========================  ==========================
+allowed, log_if_allowed    DEBUG
+denied, log_if_denied      INFO
+otherwise                  TRACE (5; Python has none)
+=========================  ==========================
+
+So with the logger at INFO — Kafka's default — only explicit denials appear.
+Route the logger to its own file/handler and set ``propagate = False`` to get
+Kafka's separate ``kafka-authorizer.log``.
+
+Line layout: Kafka's StandardAuthorizer line, field for field, followed by
+the client id and correlation id in parentheses (Kafka's line omits them; kgw
+adds them at the end so that Kafka-line parsers still read the prefix)::
+
+    Principal = User:alice is Denied operation = READ from host = 10.1.2.3
+    on resource = Topic:LITERAL:orders for request = Fetch with
+    resourceRefCount = 3 based on rule DefaultDeny (clientId = c1, correlationId = 7)
+
+(one line; wrapped here).  The same fields are attached to the record as
+``extra`` attributes (``kgw_principal``, ``kgw_allowed`` …) for structured
+handlers.
+
+Cost: ``AuditLevels.current()`` asks the logger once per ``authorize`` batch
+which levels are enabled; a decision whose level is disabled costs one
+attribute test and builds no string.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from kio.schema.index import api_key_map
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .authorizer import Action, AuthorizableRequestContext
+
+__all__ = ["AUDIT_LOGGER_NAME", "TRACE", "audit_logger", "AuditLevels", "api_name", "format_audit_line", "log_decision"]
+
+AUDIT_LOGGER_NAME = "kgw.authorizer"
+TRACE = 5
+if logging.getLevelName(TRACE) != "TRACE":
+    logging.addLevelName(TRACE, "TRACE")
+
+audit_logger = logging.getLogger(AUDIT_LOGGER_NAME)
+
+
+def _pascal(snake: str) -> str:
+    return "".join(part.capitalize() for part in snake.split("_"))
+
+
+#: API key -> Kafka's request name (``ApiKeys`` name in Pascal case), e.g.
+#: 22 -> ``InitProducerId``.
+_API_NAMES: dict[int, str] = {key: _pascal(name) for key, name in api_key_map.items()}
+
+
+def api_name(api_key: int) -> str:
+    """``Fetch`` for 1; the number itself for a key kio does not know."""
+    return _API_NAMES.get(api_key, str(api_key))
+
+
+class AuditLevels:
+    """Which audit levels are enabled, sampled once per authorize call."""
+
+    __slots__ = ("trace", "debug", "info", "allowed_silent")
+
+    def __init__(self, trace: bool, debug: bool, info: bool) -> None:
+        self.trace = trace
+        self.debug = debug
+        self.info = info
+        #: True when no allowed decision can be logged (the default INFO
+        #: setup): lets the hot path skip ``level_for`` for allowed actions.
+        self.allowed_silent = not (trace or debug)
+
+    @classmethod
+    def current(cls) -> "AuditLevels":
+        is_on = audit_logger.isEnabledFor
+        return cls(is_on(TRACE), is_on(logging.DEBUG), is_on(logging.INFO))
+
+    def level_for(self, allowed: bool, action: "Action") -> int:
+        """The level this decision is logged at, or 0 if that level is off."""
+        if allowed:
+            if action.log_if_allowed:
+                return logging.DEBUG if self.debug else 0
+        elif action.log_if_denied:
+            return logging.INFO if self.info else 0
+        return TRACE if self.trace else 0
+
+
+def format_audit_line(
+    principal_key: str, allowed: bool, action: "Action", context: "AuthorizableRequestContext", rule: object
+) -> str:
+    return (
+        f"Principal = {principal_key} is {'Allowed' if allowed else 'Denied'} "
+        f"operation = {action.operation.name} from host = {context.host_address} "
+        f"on resource = {action.resource_pattern.audit_text()} "
+        f"for request = {api_name(context.request_type)} "
+        f"with resourceRefCount = {action.resource_reference_count} based on rule {rule} "
+        f"(clientId = {context.client_id}, correlationId = {context.correlation_id})"
+    )
+
+
+def log_decision(
+    level: int,
+    principal_key: str,
+    allowed: bool,
+    action: "Action",
+    context: "AuthorizableRequestContext",
+    rule: object,
+) -> None:
+    """Write one audit line at ``level`` (already known to be enabled)."""
+    audit_logger.log(
+        level,
+        format_audit_line(principal_key, allowed, action, context, rule),
+        extra={
+            "kgw_principal": principal_key,
+            "kgw_allowed": allowed,
+            "kgw_operation": action.operation.name,
+            "kgw_host": context.host_address,
+            "kgw_resource": action.resource_pattern.audit_text(),
+            "kgw_request": api_name(context.request_type),
+            "kgw_client_id": context.client_id,
+            "kgw_correlation_id": context.correlation_id,
+            "kgw_listener": context.listener_name,
+            "kgw_rule": str(rule),
+        },
+    )

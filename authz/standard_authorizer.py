@@ -1,0 +1,606 @@
+"""StandardAuthorizer: Kafka's KIP-801 authorizer, for kgw.
+
+Theory of operation
+-------------------
+This class is a thin shell (config, lifecycle, ACL writes, metrics, audit);
+the decision rules are in ``_decide`` below and the ACL index is
+``authz.acl_index.AclIndex``.
+
+State.  Everything ``authorize`` reads — the immutable ``AclIndex``, the
+super users, ``allow.everyone.if.no.acl.found`` and the "initial load done"
+flag — lives in one immutable ``_Data`` object.  The authorizer holds one
+reference to it, replaced by a single assignment whenever ACLs or configs
+change; ``authorize`` reads the reference once per call, so a whole batch sees
+one snapshot and never a half-applied change.  ``_Data`` also carries two
+caches of *derived* values (decisions, by-type answers): they live and die
+with the snapshot, so a swap invalidates them without any bookkeeping.
+
+The ACL store is not this class's business.  Whoever owns the metadata log
+feeds it:
+
+* ``load_snapshot(acls)`` — a whole new set of ACLs, indexed off to the side
+  and swapped in at once (never half-built);
+* ``apply_changes(added, removed)`` — one log delta, in log order (a DENY
+  followed by an ALLOW must never be seen the other way round);
+* ``complete_initial_load()`` — once the first snapshot is in; sets the
+  readiness event of every non-early-start listener returned by ``start``.
+
+``create_acls`` / ``delete_acls`` validate, call the injected
+``acl_writer(added, removed)`` (which returns once the change is durable), and
+then apply the change to the in-memory index themselves.  ``apply_changes`` is
+idempotent, so the store may also replay the same records back.  Writes are
+serialised by a ``trio.Lock`` so duplicate detection sees earlier writes.
+
+Readiness (KIP-801): before ``complete_initial_load`` every ``authorize``
+raises ``AuthorizerNotReadyError`` — except for super users, who are checked
+first.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Awaitable, Callable, Collection, Iterable, Mapping
+
+import trio
+
+from .acl import (
+    INVALID_REQUEST,
+    MAX_ACLS_PER_REQUEST,
+    POLICY_VIOLATION,
+    UNKNOWN_SERVER_ERROR,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    WILDCARD_HOST,
+    WILDCARD_RESOURCE,
+    validate_acl_binding_for_create,
+)
+from .acl_index import AclIndex, StandardAcl
+from .audit import AuditLevels, log_decision
+from .authorizer import (
+    AclBindingDeleteResult,
+    AclCreateResult,
+    AclDeleteResult,
+    Action,
+    AuthorizableRequestContext,
+    AuthorizationResult,
+    Authorizer,
+    AuthorizerNotReadyError,
+    AuthorizerServerInfo,
+    ConfigError,
+    Endpoint,
+    Monitorable,
+    Reconfigurable,
+    ReadinessEvent,
+    check_by_resource_type_args,
+    HARDCODE_RESOURCE_NAME,
+)
+from .metrics import AuthorizerMetrics
+from .principal import WILDCARD_PRINCIPAL_KEY, parse_principal
+
+__all__ = [
+    "StandardAuthorizer",
+    "AclWriter",
+    "SUPER_USERS_CONFIG",
+    "ALLOW_EVERYONE_IF_NO_ACL_FOUND_CONFIG",
+    "MatchingRule",
+    "SuperUserRule",
+    "DefaultAllowRule",
+    "DefaultDenyRule",
+    "MatchingAclRule",
+]
+
+SUPER_USERS_CONFIG = "super.users"
+ALLOW_EVERYONE_IF_NO_ACL_FOUND_CONFIG = "allow.everyone.if.no.acl.found"
+
+#: ``async (added, removed) -> None``; returns once the change is durable.
+AclWriter = Callable[[dict[uuid.UUID, AclBinding], list[uuid.UUID]], Awaitable[None]]
+
+_ALLOWED = AuthorizationResult.ALLOWED
+_DENIED = AuthorizationResult.DENIED
+_LITERAL = PatternType.LITERAL
+
+#: Default decision-cache bound: when full it is cleared (a cache, never semantics).
+DEFAULT_DECISION_CACHE_SIZE = 100_000
+
+log = logging.getLogger(__name__)
+
+
+# ==========================================================================
+# Rules: each decision names the rule that made it ("based on rule …").
+# ==========================================================================
+
+
+class MatchingRule:
+    __slots__ = ("result",)
+    result: AuthorizationResult
+
+
+class _NamedRule(MatchingRule):
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str, result: AuthorizationResult) -> None:
+        self._name = name
+        self.result = result
+
+    def __str__(self) -> str:
+        return self._name
+
+    __repr__ = __str__
+
+
+SuperUserRule = _NamedRule("SuperUser", _ALLOWED)
+DefaultAllowRule = _NamedRule("DefaultAllow", _ALLOWED)
+DefaultDenyRule = _NamedRule("DefaultDeny", _DENIED)
+
+
+class MatchingAclRule(MatchingRule):
+    """The ACL that decided; ALLOWED or DENIED as the ACL's permission says."""
+
+    __slots__ = ("acl",)
+
+    def __init__(self, acl: StandardAcl) -> None:
+        self.acl = acl
+        self.result = _DENIED if acl.is_deny else _ALLOWED
+
+    def __str__(self) -> str:
+        return f"MatchingAcl(acl={self.acl})"
+
+    __repr__ = __str__
+
+
+def _rule_of(acl: StandardAcl) -> MatchingAclRule:
+    rule = acl.matching_rule
+    if rule is None:
+        rule = acl.matching_rule = MatchingAclRule(acl)
+    return rule  # type: ignore[return-value]
+
+
+# ==========================================================================
+# The decision rules — fact sheet §2.1, all in one place.
+# ==========================================================================
+
+_Op = AclOperation
+
+#: Which ACL operations an **ALLOW** ACL may carry to allow a requested
+#: operation.  ALL allows everything; READ, WRITE, DELETE and ALTER imply
+#: DESCRIBE; ALTER_CONFIGS implies DESCRIBE_CONFIGS; nothing else implies
+#: anything (CREATE does not imply DESCRIBE).
+_ALLOW_OPS_FOR: dict[AclOperation, frozenset[AclOperation]] = {
+    op: frozenset({op, _Op.ALL}) for op in AclOperation
+}
+_ALLOW_OPS_FOR[_Op.DESCRIBE] = frozenset({_Op.DESCRIBE, _Op.READ, _Op.WRITE, _Op.DELETE, _Op.ALTER, _Op.ALL})
+_ALLOW_OPS_FOR[_Op.DESCRIBE_CONFIGS] = frozenset({_Op.DESCRIBE_CONFIGS, _Op.ALTER_CONFIGS, _Op.ALL})
+
+#: A **DENY** ACL needs the same operation or ALL: implication never widens a DENY.
+_DENY_OPS_FOR: dict[AclOperation, frozenset[AclOperation]] = {op: frozenset({op, _Op.ALL}) for op in AclOperation}
+
+
+def _decide(data: "_Data", principal_key: str, host: str, action: Action) -> MatchingRule:
+    """Decide one action.  Steps follow fact sheet §2.1:
+
+    0. The resource pattern must be LITERAL (the request layer only asks
+       about concrete resources).
+    1. The principal is reduced to its ``Type:Name`` text (done by the caller).
+    2. A super user is ALLOWED (``SuperUser``) — before the readiness check.
+    3. Before the initial ACL load completes: ``AuthorizerNotReadyError``.
+    4. Candidate principals: the caller and ``User:*``.  Host: the client IP
+       as the JVM writes it, or an ACL host of ``*``.
+    5. Candidate ACLs: same resource type; LITERAL with the exact name,
+       PREFIXED whose text starts the name, LITERAL ``*``.  Any candidate,
+       whatever its principal/host/operation, means "the resource has ACLs".
+    6. An ACL applies if its principal and host match and its operation
+       matches (``_ALLOW_OPS_FOR`` / ``_DENY_OPS_FOR``).
+    7. The first applicable DENY decides (``MatchingAcl``); the ``*`` bucket
+       is only visited when the name and prefix buckets held no DENY.
+    8. Else an applicable ALLOW decides (the last one found, as Kafka reports
+       it).  Else, if the resource had no ACLs at all,
+       ``allow.everyone.if.no.acl.found`` picks ``DefaultAllow`` or
+       ``DefaultDeny``.  Else ``DefaultDeny``.
+    """
+    pattern = action.resource_pattern
+    if pattern.pattern_type is not _LITERAL:
+        raise ValueError(f"Only literal resources are supported. Got: {pattern.pattern_type.name}")
+    if principal_key in data.super_users:
+        return SuperUserRule
+    if not data.loaded:
+        raise AuthorizerNotReadyError("The authorizer has not completed its initial ACL load")
+
+    op = action.operation
+    cache_key = (principal_key, host, op, pattern.resource_type, pattern.name)
+    cache = data.decisions
+    if cache is not None:
+        rule = cache.get(cache_key)
+        if rule is not None:
+            return rule
+
+    section = data.index.section(pattern.resource_type)
+    rule = None
+    if section is not None:
+        # The (principal, host) keys that may apply, looked up in each bucket.
+        if principal_key == WILDCARD_PRINCIPAL_KEY:
+            keys = ((principal_key, host), (principal_key, WILDCARD_HOST))
+        else:
+            keys = (
+                (principal_key, host),
+                (principal_key, WILDCARD_HOST),
+                (WILDCARD_PRINCIPAL_KEY, host),
+                (WILDCARD_PRINCIPAL_KEY, WILDCARD_HOST),
+            )
+        allow_ops = _ALLOW_OPS_FOR[op]
+        deny_ops = _DENY_OPS_FOR[op]
+        has_acls = False
+        allow: StandardAcl | None = None
+        buckets = list(section.buckets_for(pattern.name))
+        wildcard = section.literal.get(WILDCARD_RESOURCE)
+        if wildcard is not None and pattern.name != WILDCARD_RESOURCE:
+            buckets.append(wildcard)  # visited last (step 7)
+        for bucket in buckets:
+            has_acls = True
+            for key in keys:
+                for acl in bucket.get(key, ()):
+                    if acl.is_deny:
+                        if acl.operation in deny_ops:
+                            rule = _rule_of(acl)
+                            break
+                    elif acl.operation in allow_ops:
+                        allow = acl
+                if rule is not None:
+                    break
+            if rule is not None:
+                break
+        if rule is None:
+            if allow is not None:
+                rule = _rule_of(allow)
+            elif not has_acls:
+                rule = data.no_acl_rule
+            else:
+                rule = DefaultDenyRule
+    else:
+        rule = data.no_acl_rule
+
+    if cache is not None:
+        if len(cache) >= data.cache_size:
+            cache.clear()
+        cache[cache_key] = rule
+    return rule
+
+
+# ==========================================================================
+# Snapshot of everything authorize() reads
+# ==========================================================================
+
+
+class _Data:
+    """Immutable (but for its derived-value caches); replaced, never changed."""
+
+    __slots__ = (
+        "index", "super_users", "allow_everyone", "loaded", "no_acl_rule", "cache_size", "decisions", "by_type"
+    )
+
+    def __init__(
+        self, index: AclIndex, super_users: frozenset[str], allow_everyone: bool, loaded: bool, cache_size: int
+    ) -> None:
+        self.index = index
+        self.super_users = super_users
+        self.allow_everyone = allow_everyone
+        self.loaded = loaded
+        self.no_acl_rule = DefaultAllowRule if allow_everyone else DefaultDenyRule
+        self.cache_size = cache_size
+        # Derived-value caches; None when caching is off.  Keyed by
+        # (principal, host, op, resource type, name) / (principal, host, op, type).
+        self.decisions: dict[tuple, MatchingRule] | None = {} if cache_size > 0 else None
+        self.by_type: dict[tuple, AuthorizationResult] | None = {} if cache_size > 0 else None
+
+    def copy_with(self, **changes: Any) -> "_Data":
+        fields = {
+            "index": self.index,
+            "super_users": self.super_users,
+            "allow_everyone": self.allow_everyone,
+            "loaded": self.loaded,
+            "cache_size": self.cache_size,
+        }
+        fields.update(changes)
+        return _Data(**fields)
+
+
+def _parse_super_users(value: Any) -> frozenset[str]:
+    """``super.users``: ``;``-separated ``Type:Name`` entries, trimmed,
+    compared case-sensitively with the caller's ``Type:Name``."""
+    if value is None:
+        return frozenset()
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [str(v) for v in value]
+    else:
+        items = str(value).split(";")
+    users = set()
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            users.add(parse_principal(item).key)
+        except ValueError as exc:
+            raise ConfigError(f"{SUPER_USERS_CONFIG}: {exc}") from exc
+    return frozenset(users)
+
+
+def _parse_java_boolean(value: Any) -> bool:
+    """Java's ``Boolean.parseBoolean`` after trimming: only "true" (any case) is true."""
+    if isinstance(value, bool):
+        return value
+    return value is not None and str(value).strip().lower() == "true"
+
+
+# ==========================================================================
+# The authorizer
+# ==========================================================================
+
+
+class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
+    """Kafka's StandardAuthorizer semantics over an in-memory ``AclIndex``.
+
+    Args:
+        acl_writer: the durable store's write function, or None for
+            in-memory-only ACLs (tests, demos).  May also be set later as the
+            ``acl_writer`` attribute, before the first ``create_acls``.
+        decision_cache_size: bound of the per-snapshot decision cache; 0
+            turns caching off (every call walks the index).
+    """
+
+    def __init__(self, acl_writer: AclWriter | None = None, decision_cache_size: int = DEFAULT_DECISION_CACHE_SIZE) -> None:
+        self.acl_writer = acl_writer
+        self._data = _Data(AclIndex.empty(), frozenset(), False, False, decision_cache_size)
+        self._initial_load = trio.Event()
+        self._write_lock = trio.Lock()
+        self._metrics: AuthorizerMetrics | None = None
+        self._node_id: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def configure(self, configs: Mapping[str, Any]) -> None:
+        super_users = _parse_super_users(configs.get(SUPER_USERS_CONFIG))
+        allow_everyone = _parse_java_boolean(configs.get(ALLOW_EVERYONE_IF_NO_ACL_FOUND_CONFIG))
+        node_id = configs.get("node.id", configs.get("broker.id"))
+        self._node_id = int(node_id) if node_id is not None else None
+        self._data = self._data.copy_with(super_users=super_users, allow_everyone=allow_everyone)
+
+    def start(self, server_info: AuthorizerServerInfo) -> dict[Endpoint, ReadinessEvent]:
+        self._node_id = server_info.broker_id
+        ready: dict[Endpoint, ReadinessEvent] = {}
+        for endpoint in server_info.endpoints:
+            if endpoint.listener_name in server_info.early_start_listeners:
+                early = trio.Event()
+                early.set()
+                ready[endpoint] = early
+            else:
+                ready[endpoint] = self._initial_load
+        return ready
+
+    def close(self) -> None:
+        pass
+
+    # -- feeding ACLs (called by the metadata-log owner) ----------------------
+
+    def load_snapshot(self, acls: Mapping[uuid.UUID, AclBinding]) -> None:
+        """Replace all ACLs with ``acls`` at once.
+
+        The new index is built completely before it is published, so no
+        reader ever sees a partial snapshot.  :raises ValueError: (and keeps
+        the old ACLs) if an ACL cannot be indexed.
+        """
+        index = AclIndex.from_bindings(acls)
+        self._data = self._data.copy_with(index=index)
+        log.info("%s loaded a snapshot of %d ACLs", self._log_prefix(), len(index))
+
+    def apply_changes(self, added: Mapping[uuid.UUID, AclBinding], removed: Iterable[uuid.UUID]) -> None:
+        """Apply one metadata-log delta (idempotent; see ``AclIndex.with_changes``)."""
+        standard = {acl_id: StandardAcl.from_binding(b) for acl_id, b in added.items()}
+        self._apply(standard, list(removed))
+
+    def _apply(self, added: Mapping[uuid.UUID, StandardAcl], removed: list[uuid.UUID]) -> None:
+        data = self._data
+        index = data.index.with_changes(added, removed)
+        if index is not data.index:
+            self._data = data.copy_with(index=index)
+
+    def complete_initial_load(self) -> None:
+        """Mark the initial load done: ``authorize`` starts answering and every
+        non-early-start listener's readiness event is set."""
+        self._data = self._data.copy_with(loaded=True)
+        self._initial_load.set()
+        log.info("%s completed its initial ACL load", self._log_prefix())
+
+    @property
+    def initial_load_complete(self) -> bool:
+        return self._data.loaded
+
+    def _log_prefix(self) -> str:
+        return f"[StandardAuthorizer {self._node_id if self._node_id is not None else '?'}]"
+
+    # -- authorization ----------------------------------------------------------
+
+    def authorize(self, context: AuthorizableRequestContext, actions: Iterable[Action]) -> list[AuthorizationResult]:
+        data = self._data  # one snapshot for the whole batch
+        principal = context.principal
+        principal_key = f"{principal.principal_type}:{principal.name}"
+        host = context.host_address
+        levels = AuditLevels.current()
+        allowed_silent = levels.allowed_silent
+        results: list[AuthorizationResult] = []
+        allowed = 0
+        for action in actions:
+            rule = _decide(data, principal_key, host, action)
+            result = rule.result
+            results.append(result)
+            if result is _ALLOWED:
+                allowed += 1
+                if allowed_silent:
+                    continue
+                level = levels.level_for(True, action)
+            else:
+                level = levels.level_for(False, action)
+            if level:
+                log_decision(level, principal_key, result is _ALLOWED, action, context, rule)
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.record(context.listener_name, allowed, len(results) - allowed)
+        return results
+
+    def authorize_by_resource_type(
+        self, context: AuthorizableRequestContext, op: AclOperation, resource_type: ResourceType
+    ) -> AuthorizationResult:
+        """KIP-679 with the interface default's exact semantics (fact sheet
+        §2.6), answered from the index instead of listing every ACL."""
+        check_by_resource_type_args(op, resource_type)
+        probe = Action(
+            _hardcode_pattern(resource_type), op, resource_reference_count=0, log_if_allowed=True, log_if_denied=False
+        )
+        if self.authorize(context, [probe])[0] is _ALLOWED:
+            return _ALLOWED
+        data = self._data
+        principal = context.principal
+        key = (f"{principal.principal_type}:{principal.name}", context.host_address, op, resource_type)
+        memo = data.by_type
+        result = memo.get(key) if memo is not None else None
+        if result is None:
+            allowed = data.index.by_type_decision(resource_type, key[0], key[1], op)
+            result = _ALLOWED if allowed else _DENIED
+            if memo is not None:
+                if len(memo) >= data.cache_size:
+                    memo.clear()
+                memo[key] = result
+        return result
+
+    # -- ACL administration -------------------------------------------------------
+
+    def acls(self, binding_filter: AclBindingFilter) -> list[AclBinding]:
+        index = self._data.index
+        return [acl.binding for _, acl in index.matching(binding_filter)]
+
+    async def create_acls(
+        self, context: AuthorizableRequestContext | None, bindings: list[AclBinding]
+    ) -> list[AclCreateResult]:
+        """Validate (``validate_acl_binding_for_create``), skip ACLs equal to an
+        existing one or to an earlier one of the request (success, no-op),
+        persist through ``acl_writer``, then apply.  One result per binding."""
+        bindings = list(bindings)
+        checks = [validate_acl_binding_for_create(b) for b in bindings]
+        if any(c is not None and c[0] == UNKNOWN_SERVER_ERROR for c in checks):
+            # Kafka cannot even build such a binding: the whole request fails.
+            return [AclCreateResult(UNKNOWN_SERVER_ERROR, None) for _ in bindings]
+        async with self._write_lock:
+            index = self._data.index
+            results: list[AclCreateResult] = []
+            new: dict[uuid.UUID, StandardAcl] = {}
+            seen: set[tuple] = set()
+            for binding, check in zip(bindings, checks):
+                if check is not None:
+                    results.append(AclCreateResult(check[0], check[1]))
+                    continue
+                acl = StandardAcl.from_binding(binding)
+                if acl.value_key not in seen and not index.contains_value(acl):
+                    seen.add(acl.value_key)
+                    acl_id = uuid.uuid4()
+                    while index.get(acl_id) is not None or acl_id in new:
+                        acl_id = uuid.uuid4()
+                    new[acl_id] = acl
+                results.append(AclCreateResult.SUCCESS)  # type: ignore[attr-defined]
+            if len(new) > MAX_ACLS_PER_REQUEST:
+                message = f"Cannot create more than {MAX_ACLS_PER_REQUEST} ACLs in a single request"
+                return [AclCreateResult(POLICY_VIOLATION, message) for _ in bindings]
+            if new:
+                try:
+                    await self._persist({acl_id: acl.binding for acl_id, acl in new.items()}, [])
+                except Exception as exc:  # the store failed: nothing was created
+                    log.warning("%s failed to persist new ACLs: %r", self._log_prefix(), exc)
+                    message = f"Unknown error while trying to create ACL: {exc}"
+                    return [r if not r.ok else AclCreateResult(UNKNOWN_SERVER_ERROR, message) for r in results]
+                self._apply(new, [])
+            return results
+
+    async def delete_acls(
+        self, context: AuthorizableRequestContext | None, filters: list[AclBindingFilter]
+    ) -> list[AclDeleteResult]:
+        """Each filter is applied on its own to the ACLs present when the
+        request started and reports what it matched (a binding matched by two
+        filters is reported by both).  Filters with UNKNOWN fields get 42."""
+        filters = list(filters)
+        async with self._write_lock:
+            index = self._data.index
+            per_filter: list[AclDeleteResult | list[StandardAcl]] = []
+            doomed: dict[uuid.UUID, None] = {}
+            for f in filters:
+                if f.pattern_filter.is_unknown:
+                    per_filter.append(AclDeleteResult(INVALID_REQUEST, "Unknown patternFilter."))
+                    continue
+                if f.entry_filter.is_unknown:
+                    per_filter.append(AclDeleteResult(INVALID_REQUEST, "Unknown entryFilter."))
+                    continue
+                matched = [acl for _, acl in index.matching(f)]
+                for acl in matched:
+                    doomed[acl.acl_id] = None  # type: ignore[index]
+                per_filter.append(matched)
+            if len(doomed) > MAX_ACLS_PER_REQUEST:
+                message = f"Cannot delete more than {MAX_ACLS_PER_REQUEST} ACLs in a single request"
+                return [AclDeleteResult(INVALID_REQUEST, message) for _ in filters]
+            failure: str | None = None
+            if doomed:
+                try:
+                    await self._persist({}, list(doomed))
+                except Exception as exc:
+                    log.warning("%s failed to persist ACL removals: %r", self._log_prefix(), exc)
+                    failure = f"Unknown error while trying to delete ACLs: {exc}"
+                else:
+                    self._apply({}, list(doomed))
+            results = []
+            for item in per_filter:
+                if isinstance(item, AclDeleteResult):
+                    results.append(item)
+                elif failure is not None and item:
+                    results.append(AclDeleteResult(UNKNOWN_SERVER_ERROR, failure))
+                else:
+                    results.append(AclDeleteResult(deleted=tuple(AclBindingDeleteResult(a.binding) for a in item)))
+            return results
+
+    async def _persist(self, added: dict[uuid.UUID, AclBinding], removed: list[uuid.UUID]) -> None:
+        if self.acl_writer is not None:
+            await self.acl_writer(added, removed)
+
+    # -- Reconfigurable -------------------------------------------------------------
+
+    def reconfigurable_configs(self) -> Collection[str]:
+        return frozenset({SUPER_USERS_CONFIG, ALLOW_EVERYONE_IF_NO_ACL_FOUND_CONFIG})
+
+    def validate_reconfiguration(self, configs: Mapping[str, Any]) -> None:
+        _parse_super_users(configs.get(SUPER_USERS_CONFIG))
+
+    def reconfigure(self, configs: Mapping[str, Any]) -> None:
+        changes: dict[str, Any] = {}
+        if SUPER_USERS_CONFIG in configs:
+            changes["super_users"] = _parse_super_users(configs[SUPER_USERS_CONFIG])
+        if ALLOW_EVERYONE_IF_NO_ACL_FOUND_CONFIG in configs:
+            changes["allow_everyone"] = _parse_java_boolean(configs[ALLOW_EVERYONE_IF_NO_ACL_FOUND_CONFIG])
+        if changes:
+            self._data = self._data.copy_with(**changes)
+
+    # -- Monitorable ------------------------------------------------------------------
+
+    def monitor(self, registry: Any) -> None:
+        metrics = AuthorizerMetrics(lambda: len(self._data.index))
+        metrics.register(registry)
+        self._metrics = metrics
+
+
+#: The KIP-679 probe resource per type, built once.
+_HARDCODE_PATTERNS: dict[ResourceType, ResourcePattern] = {
+    rt: ResourcePattern(rt, HARDCODE_RESOURCE_NAME, PatternType.LITERAL) for rt in ResourceType
+}
+
+
+def _hardcode_pattern(resource_type: ResourceType) -> ResourcePattern:
+    return _HARDCODE_PATTERNS[resource_type]

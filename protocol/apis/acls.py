@@ -1,0 +1,173 @@
+"""ACL admin APIs answered by kgw: DescribeAcls (29), CreateAcls (30), DeleteAcls (31).
+
+Theory of operation
+-------------------
+These never reach the upstream: kgw's authorizer and its metadata log are the
+ACL store.  Each handler follows Kafka's ``AclApis`` (fact sheet §1.2, §2.7,
+§2.8):
+
+1. a code 0 (UNKNOWN) in any enum field fails the request parse: the
+   connection is closed (:class:`~protocol.apis.base.RefuseRequest`);
+2. no authorizer configured: SECURITY_DISABLED (54);
+3. the caller needs CLUSTER:DESCRIBE (describe) or CLUSTER:ALTER (create,
+   delete), else CLUSTER_AUTHORIZATION_FAILED (31) on the whole response or on
+   every creation / filter;
+4. then the authorizer answers, per binding or per filter.  CreateAcls and
+   DeleteAcls return only after the change is durable in the metadata log.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8
+
+from authz.acl import (
+    AccessControlEntry,
+    AccessControlEntryFilter,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+)
+from protocol.apis.base import ApiSpec, RefuseRequest, RequestInfo
+from protocol.apis.generic import inspect_decoded
+from protocol.auth_helper import AuthHelper
+from protocol.codecs import encode, make, nested, response_class
+from protocol.errors import CLUSTER_AUTHORIZATION_FAILED, SECURITY_DISABLED
+from protocol.headers import RequestHeader
+
+__all__ = ["SPECS", "LOCAL_KEYS"]
+
+_CLUSTER_DENIED = "Cluster authorization failed."
+_SECURITY_DISABLED = "No Authorizer is configured on the broker"
+
+
+def _codes(entity, *names: str) -> None:
+    for name in names:
+        if getattr(entity, name) == 0:
+            raise RefuseRequest(f"{name} is UNKNOWN (0)")
+
+
+def _pattern_filter(f) -> ResourcePatternFilter:
+    _codes(f, "resource_type_filter", "pattern_type_filter")
+    return ResourcePatternFilter(ResourceType(f.resource_type_filter), f.resource_name_filter,
+                                 PatternType(f.pattern_type_filter))
+
+
+def _entry_filter(f) -> AccessControlEntryFilter:
+    _codes(f, "operation", "permission_type")
+    return AccessControlEntryFilter(f.principal_filter, f.host_filter, AclOperation(f.operation),
+                                    AclPermissionType(f.permission_type))
+
+
+def _binding_filter(f) -> AclBindingFilter:
+    return AclBindingFilter(_pattern_filter(f), _entry_filter(f))
+
+
+def _err(code: int) -> ErrorCode:
+    return ErrorCode(code)
+
+
+# --------------------------------------------------------------------------- DescribeAcls
+
+
+async def _describe(gw, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
+    request = info.decoded
+    binding_filter = _binding_filter(request)
+    cls = response_class(29, header.api_version)
+
+    def response(code: int, message: str | None, resources=()) -> bytes:
+        return encode(make(cls, throttle_time=timedelta(0), error_code=_err(code), error_message=message,
+                           resources=tuple(resources)))
+
+    if gw.authorizer is None:
+        return response(SECURITY_DISABLED, _SECURITY_DISABLED)
+    if not auth.cluster(AclOperation.DESCRIBE):
+        return response(CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_DENIED)
+    by_pattern: dict[ResourcePattern, list[AccessControlEntry]] = {}
+    for binding in gw.authorizer.acls(binding_filter):
+        by_pattern.setdefault(binding.pattern, []).append(binding.entry)
+    resource_cls = nested(cls, "resources")
+    acl_cls = nested(resource_cls, "acls")
+    resources = [
+        make(resource_cls, resource_type=i8(p.resource_type), resource_name=p.name, pattern_type=i8(p.pattern_type),
+             acls=tuple(acl_cls(principal=e.principal, host=e.host, operation=i8(e.operation),
+                                permission_type=i8(e.permission_type)) for e in entries))
+        for p, entries in by_pattern.items()
+    ]
+    return response(0, None, resources)
+
+
+# --------------------------------------------------------------------------- CreateAcls
+
+
+async def _create(gw, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
+    creations = info.decoded.creations
+    bindings = []
+    for c in creations:
+        _codes(c, "resource_type", "resource_pattern_type", "operation", "permission_type")
+        bindings.append(AclBinding(
+            ResourcePattern(ResourceType(c.resource_type), c.resource_name, PatternType(c.resource_pattern_type)),
+            AccessControlEntry(c.principal, c.host, AclOperation(c.operation), AclPermissionType(c.permission_type)),
+        ))
+    cls = response_class(30, header.api_version)
+    result_cls = nested(cls, "results")
+
+    def response(results) -> bytes:
+        return encode(make(cls, throttle_time=timedelta(0), results=tuple(
+            result_cls(error_code=_err(code), error_message=message) for code, message in results)))
+
+    if gw.authorizer is None:
+        return response([(SECURITY_DISABLED, _SECURITY_DISABLED)] * len(bindings))
+    if not auth.cluster(AclOperation.ALTER):
+        return response([(CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_DENIED)] * len(bindings))
+    results = await gw.authorizer.create_acls(auth.context, bindings)
+    return response([(r.error_code, r.message) for r in results])
+
+
+# --------------------------------------------------------------------------- DeleteAcls
+
+
+async def _delete(gw, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
+    filters = [_binding_filter(f) for f in info.decoded.filters]
+    cls = response_class(31, header.api_version)
+    result_cls = nested(cls, "filter_results")
+    match_cls = nested(result_cls, "matching_acls")
+
+    def response(results) -> bytes:
+        return encode(make(cls, throttle_time=timedelta(0), filter_results=tuple(results)))
+
+    def failed(code: int, message: str):
+        return result_cls(error_code=_err(code), error_message=message, matching_acls=())
+
+    if gw.authorizer is None:
+        return response([failed(SECURITY_DISABLED, _SECURITY_DISABLED)] * len(filters))
+    if not auth.cluster(AclOperation.ALTER):
+        return response([failed(CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_DENIED)] * len(filters))
+    results = await gw.authorizer.delete_acls(auth.context, filters)
+    out = []
+    for r in results:
+        matches = tuple(
+            make(match_cls, error_code=_err(d.error_code), error_message=d.message,
+                 resource_type=i8(d.binding.pattern.resource_type), resource_name=d.binding.pattern.name,
+                 pattern_type=i8(d.binding.pattern.pattern_type), principal=d.binding.entry.principal,
+                 host=d.binding.entry.host, operation=i8(d.binding.entry.operation),
+                 permission_type=i8(d.binding.entry.permission_type))
+            for d in r.deleted
+        )
+        out.append(result_cls(error_code=_err(r.error_code), error_message=r.message, matching_acls=matches))
+    return response(out)
+
+
+SPECS = (
+    ApiSpec(29, "DescribeAcls", inspect_decoded, answered_locally=True, answer=_describe),
+    ApiSpec(30, "CreateAcls", inspect_decoded, answered_locally=True, answer=_create),
+    ApiSpec(31, "DeleteAcls", inspect_decoded, answered_locally=True, answer=_delete),
+)
+LOCAL_KEYS = frozenset(spec.api_key for spec in SPECS)

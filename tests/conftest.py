@@ -1,0 +1,136 @@
+"""Shared fixtures: one tansu broker and one kgw gateway per test session.
+
+* ``tansu``          session: the upstream broker (``.bootstrap``, ``.port``)
+* ``gateway``        the session gateway in front of tansu (``.bootstrap``,
+                     ``.admin_url``, ``.broker_addresses``, ``.stderr_path``)
+* ``start_gateway``  factory: ``start_gateway(extra_yaml_dict)`` runs a
+                     dedicated gateway (config = default deep-merged with
+                     ``extra``), stopped at the end of the test
+* ``topic_name``     a unique, valid topic name per test
+
+Processes are started lazily, only by tests that request them, so unit-only
+runs never start tansu or kgw.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import (
+    Gateway,
+    TansuBroker,
+    base_gateway_config,
+    deep_merge,
+    launch_gateway,
+    start_tansu,
+)
+from tests.support.processes import ProcessError
+
+
+@pytest.fixture(scope="session")
+def _tansu_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TansuBroker]:
+    broker = start_tansu(tmp_path_factory.mktemp("tansu"))
+    try:
+        yield broker
+    finally:
+        broker.process.stop()
+
+
+@pytest.fixture
+def tansu(_tansu_session: TansuBroker) -> TansuBroker:
+    if not _tansu_session.process.alive():
+        raise ProcessError(_tansu_session.process.describe_failure(
+            f"tansu died earlier in the session (exit {_tansu_session.process.returncode})"))
+    return _tansu_session
+
+
+@pytest.fixture(scope="session")
+def _gateway_session(
+    _tansu_session: TansuBroker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    work = tmp_path_factory.mktemp("kgw")
+    config = base_gateway_config(_tansu_session.bootstrap, work / "metadata")
+    gw = launch_gateway("kgw-session", config, work)
+    try:
+        yield gw
+    finally:
+        rc = gw.stop()
+        if rc not in (0, None):
+            # Not an assertion (teardown errors are noisy); make it visible.
+            print(f"\nkgw session gateway exited with code {rc} on SIGTERM; "
+                  f"stderr: {gw.stderr_path}")
+
+
+@pytest.fixture
+def gateway(_gateway_session: Gateway, tansu: TansuBroker) -> Iterator[Gateway]:
+    proc = _gateway_session.process
+    if not proc.alive():
+        raise ProcessError(proc.describe_failure(
+            f"the session gateway died earlier in the session (exit {proc.returncode})"))
+    yield _gateway_session
+    if not proc.alive():
+        raise ProcessError(proc.describe_failure(
+            f"the session gateway died during this test (exit {proc.returncode})"))
+
+
+@pytest.fixture
+def start_gateway(
+    tansu: TansuBroker, tmp_path: Path
+) -> Iterator[Callable[..., Gateway]]:
+    started: list[Gateway] = []
+
+    def _start(extra: dict[str, Any] | None = None, *, name: str | None = None,
+               ready_timeout: float | None = None) -> Gateway:
+        gw_name = name or f"kgw-{len(started)}"
+        work = tmp_path / gw_name
+        config = deep_merge(base_gateway_config(tansu.bootstrap, work / "metadata"),
+                            extra or {})
+        kwargs = {} if ready_timeout is None else {"ready_timeout": ready_timeout}
+        gw = launch_gateway(gw_name, config, work, **kwargs)
+        started.append(gw)
+        return gw
+
+    _start.started = started  # type: ignore[attr-defined]
+    try:
+        yield _start
+    finally:
+        for gw in reversed(started):
+            gw.stop()
+
+
+_TOPIC_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    stem = _TOPIC_BAD.sub("-", request.node.name).strip("-._")[:180] or "topic"
+    return f"{stem}-{uuid.uuid4().hex[:8]}"
+
+
+# -- diagnostics: attach process stderr tails to failing tests ---------------
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    report = yield
+    if report.failed:
+        funcargs = getattr(item, "funcargs", {}) or {}
+        procs = []
+        gw = funcargs.get("gateway")
+        if isinstance(gw, Gateway):
+            procs.append(gw.process)
+        factory = funcargs.get("start_gateway")
+        for g in getattr(factory, "started", []) or []:
+            procs.append(g.process)
+        tb = funcargs.get("tansu")
+        if isinstance(tb, TansuBroker):
+            procs.append(tb.process)
+        for p in procs:
+            report.sections.append(
+                (f"{p.name} stderr tail ({p.stderr_path})", p.stderr_tail(80) or "<empty>"))
+    return report

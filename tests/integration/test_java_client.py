@@ -1,0 +1,121 @@
+"""The Apache Kafka Java client (kafka-clients 3.9.1) through the gateway.
+
+tests/integration/java/KgwClientCheck.java is compiled once per session with
+javac against the kafka-clients.jar shipped in pyflink/lib, run against the
+gateway, and its JSON-lines output is asserted on here."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.support.java import compile_java, java_tools, kafka_classpath
+from tests.support.kafka_data import (
+    PARTITIONS,
+    PER_PARTITION,
+    Rec,
+    assert_gateway_addresses,
+    assert_same_records,
+    expected_end_offsets,
+    expected_records,
+)
+from tests.support.processes import run_tool
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.java,
+    pytest.mark.skipif(java_tools() is None, reason="javac/java not on PATH"),
+]
+
+JAVA_DIR = Path(__file__).parent / "java"
+
+
+@pytest.fixture(scope="session")
+def java_check(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The ``java`` command line (classpath included) for KgwClientCheck."""
+    cp = kafka_classpath()
+    out = compile_java([JAVA_DIR / "KgwClientCheck.java"],
+                       tmp_path_factory.mktemp("java-classes"), cp)
+    javac, java = java_tools()  # type: ignore[misc]
+    return [java, "-Xss1m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-cp", os.pathsep.join([str(out), *map(str, cp)]), "KgwClientCheck"]
+
+
+def _nodes(objs) -> list[tuple[int, str, int]]:
+    return [(o["id"], o["host"], o["port"]) for o in objs]
+
+
+def test_java_client_roundtrip(gateway, tansu, topic_name, java_check):
+    group = f"{topic_name}-group-{uuid.uuid4().hex[:6]}"
+    cp = run_tool([*java_check, gateway.bootstrap, topic_name, group, str(PARTITIONS),
+                   str(PER_PARTITION)], timeout=170, check=False)
+    stdout = cp.stdout.decode("utf-8", "replace")
+    stderr = cp.stderr.decode("utf-8", "replace")
+    events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    context = (f"\n--- java stdout ---\n{stdout[-6000:]}"
+               f"\n--- java stderr (tail) ---\n{stderr[-6000:]}")
+    errors = [e for e in events if e["event"] == "error"]
+    assert not errors and cp.returncode == 0, f"java client failed: {errors}{context}"
+    assert events[-1]["event"] == "done", context
+
+    def one(event: str, **match):
+        found = [e for e in events if e["event"] == event
+                 and all(e.get(k) == v for k, v in match.items())]
+        assert len(found) == 1, f"expected one {event} {match} event, got {found}{context}"
+        return found[0]
+
+    expected = expected_records(topic_name, "java")
+
+    assert one("created")["topic"] == topic_name
+
+    # -- addresses: describeCluster, describeTopics, producer/consumer metadata
+    cluster = one("cluster")
+    assert_gateway_addresses(_nodes(cluster["nodes"]), gateway, tansu.port,
+                             "Admin.describeCluster nodes")
+    assert_gateway_addresses(_nodes([cluster["controller"]]), gateway, tansu.port,
+                             "Admin.describeCluster controller")
+    topic = one("topic")
+    assert topic["name"] == topic_name
+    assert sorted(p["partition"] for p in topic["partitions"]) == list(range(PARTITIONS))
+    assert_gateway_addresses(_nodes([p["leader"] for p in topic["partitions"]]), gateway,
+                             tansu.port, "Admin.describeTopics leaders")
+    assert_gateway_addresses(_nodes([r for p in topic["partitions"] for r in p["replicas"]]),
+                             gateway, tansu.port, "Admin.describeTopics replicas")
+    for via in ("producer", "consumer"):
+        assert_gateway_addresses(_nodes(one("leaders", via=via)["nodes"]), gateway, tansu.port,
+                                 f"Kafka{via.title()}.partitionsFor leaders")
+
+    # -- produce acks: exact partition/offset for every keyed record ----------
+    produced = [Rec(e["partition"], e["offset"], e["key"].encode(), e["value"].encode())
+                for e in events if e["event"] == "produced"]
+    assert produced == expected, f"produce acks differ{context}"
+
+    # -- listOffsets ------------------------------------------------------------
+    def offsets(spec: str) -> dict[int, int]:
+        return {int(p): o for p, o in one("offsets", spec=spec)["offsets"].items()}
+
+    assert offsets("earliest") == {p: 0 for p in range(PARTITIONS)}
+    assert offsets("latest") == expected_end_offsets()
+    co = one("consumer_offsets")
+    assert {int(p): o for p, o in co["beginning"].items()} == {p: 0 for p in range(PARTITIONS)}
+    assert {int(p): o for p, o in co["end"].items()} == expected_end_offsets()
+
+    # -- records read back --------------------------------------------------------
+    def records(via: str) -> list[Rec]:
+        return [Rec(e["partition"], e["offset"], e["key"].encode(), e["value"].encode())
+                for e in events if e["event"] == "record" and e["via"] == via]
+
+    assert_same_records(records("assign"), expected, "KafkaConsumer assign + seekToBeginning")
+    last = PARTITIONS - 1
+    assert_same_records(records("seek"),
+                        [r for r in expected if r.partition == last and r.offset >= 1],
+                        f"KafkaConsumer seek(partition {last}, offset 1)")
+    assert_same_records(records("group"), expected, f"KafkaConsumer group {group}")
+
+    g = one("group")
+    assert g["assignment"] == list(range(PARTITIONS))
+    assert {int(p): o for p, o in g["committed"].items()} == expected_end_offsets()

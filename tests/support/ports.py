@@ -1,0 +1,68 @@
+"""Free TCP port selection for integration tests.
+
+A port is "free" if we can bind it on the loopback interface right now.  There
+is an unavoidable race between picking a port and the subprocess binding it;
+the process helpers surface a failed bind quickly (the process exits or never
+prints its readiness line) so a collision shows up as a clear error.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+
+HOST = "127.0.0.1"
+
+# Ports handed out during this test session; never hand the same one out twice.
+_handed_out: set[int] = set()
+
+
+def _can_bind(port: int, host: str = HOST) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # No SO_REUSEADDR: we want to know that a fresh listener would succeed
+        # even with connections in TIME_WAIT.
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = HOST) -> int:
+    """Return a TCP port on ``host`` that is currently free."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("could not find a free TCP port")
+
+
+def free_ports(n: int, host: str = HOST) -> list[int]:
+    """Return ``n`` distinct free ports."""
+    return [free_port(host) for _ in range(n)]
+
+
+def free_port_base(offsets: tuple[int, ...] = (111,), host: str = HOST,
+                   low: int = 12000, high: int = 32000) -> int:
+    """Return a base port B such that B+o is free for every o in ``offsets``.
+
+    The gateway serves upstream node N at ``broker_port_base + N``; tansu's
+    node id is 111, so the default checks ``base + 111``.  The base itself is
+    not required to be free (it is not listened on).  The range stays below
+    the kernel's ephemeral range (32768+) so outgoing client connections
+    cannot grab these ports between the check and the gateway's bind.
+    """
+    top = max(offsets)
+    rng = random.Random()
+    for _ in range(500):
+        base = rng.randrange(low, high - top)
+        ports = [base + o for o in offsets]
+        if any(p in _handed_out for p in ports):
+            continue
+        if all(_can_bind(p, host) for p in ports):
+            _handed_out.update(ports)
+            return base
+    raise RuntimeError(f"could not find a free port base for offsets {offsets}")
