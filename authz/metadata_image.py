@@ -79,9 +79,11 @@ class MetadataImage:
         #: (resource type code, resource name) -> {config name: value}
         self.configs: dict[tuple[int, str], dict[str, str]] = {}
         self.offset = -1
+        #: what the store's load() returned (for the metadata-shell dump)
+        self.loaded_state = None
 
     async def load(self) -> None:
-        state = await self.store.load()
+        state = self.loaded_state = await self.store.load()
         for record in state.records():
             self._apply(record)
         self.offset = state.last_offset
@@ -112,7 +114,7 @@ class MetadataImage:
         offset = await self.store.append(records)
         for record in records:
             self._apply(record)
-        self.offset = offset
+        self.offset = max(self.offset, offset)
         await self._maybe_snapshot()
         return offset
 

@@ -153,8 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: Subcommand registrars added by tooling modules (e.g. ``kgw acls``).
-_TOOL_COMMANDS: list = []
+def _tool_commands():
+    from gateway import acl_cli
+
+    return [acl_cli.register]
+
+
+#: Subcommand registrars of tooling modules (``kgw acls``).
+_TOOL_COMMANDS = _tool_commands()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,9 @@ from typing import Mapping
 
 from kio.schema.index import api_key_map
 
-from protocol.apis import acls, addresses, fetch, groups, produce
+from dataclasses import replace
+
+from protocol.apis import acls, addresses, admin, fetch, groups, produce, topics, transactions
 from protocol.apis.base import ApiSpec
 from protocol.apis.generic import inspect_decoded
 
@@ -40,6 +42,25 @@ _BROKER_INTERNAL = frozenset(
 LOCAL_KEYS = frozenset({18}) | acls.LOCAL_KEYS
 
 
+#: API family modules; a family may add enforcement to an API another module rewrites.
+_MODULES = (acls, addresses, admin, fetch, groups, produce, topics, transactions)
+
+
+def _merge(base: ApiSpec | None, spec: ApiSpec) -> ApiSpec:
+    """Combine two specs of one API: the newer one's non-default parts win."""
+    if base is None:
+        return spec
+    return replace(
+        base,
+        name=spec.name,
+        inspect=spec.inspect if spec.inspect is not inspect_decoded else base.inspect,
+        rewrite_response=spec.rewrite_response or base.rewrite_response,
+        answered_locally=spec.answered_locally or base.answered_locally,
+        enforce=spec.enforce or base.enforce,
+        answer=spec.answer or base.answer,
+    )
+
+
 def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
 
@@ -49,9 +70,9 @@ def _build() -> Mapping[int, ApiSpec]:
     for key, name in api_key_map.items():
         if key not in _BROKER_INTERNAL:
             table[key] = ApiSpec(key, _camel(name), inspect_decoded)
-    for module in (acls, addresses, fetch, groups, produce):
+    for module in _MODULES:
         for spec in module.SPECS:
-            table[spec.api_key] = spec
+            table[spec.api_key] = _merge(table.get(spec.api_key), spec)
     table[18] = ApiSpec(18, "ApiVersions", inspect_decoded, answered_locally=True)
     return MappingProxyType(table)
 

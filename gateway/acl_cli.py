@@ -1,0 +1,173 @@
+"""``kgw acls``: list, add and remove ACLs offline against the metadata log, and dump it.
+
+The store is opened directly (the gateway must be stopped: the store admits one
+writer and says so).  Adds and removes go through a StandardAuthorizer so they
+get exactly the validation CreateAcls/DeleteAcls get over the wire, and are
+durable when the command returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import trio
+
+from authz.acl import (
+    AccessControlEntry,
+    AccessControlEntryFilter,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+)
+from authz.metadata_image import MetadataImage
+from authz.metadata_log import DirectoryMetadataStore, MetadataLogError
+from authz.metadata_shell import render
+from authz.standard_authorizer import StandardAuthorizer
+
+__all__ = ["register"]
+
+_RESOURCES = {
+    "topic": ResourceType.TOPIC,
+    "group": ResourceType.GROUP,
+    "cluster": ResourceType.CLUSTER,
+    "transactional_id": ResourceType.TRANSACTIONAL_ID,
+    "delegation_token": ResourceType.DELEGATION_TOKEN,
+    "user": ResourceType.USER,
+}
+
+
+def _data_dir(args) -> Path:
+    if args.data_dir:
+        return Path(args.data_dir)
+    from configs.gateway_config import load_config
+
+    return Path(load_config(args.config).metadata.path)
+
+
+def _resource(args, for_filter: bool):
+    chosen = [(k, getattr(args, k)) for k in _RESOURCES if getattr(args, k) is not None]
+    if len(chosen) > 1:
+        raise SystemExit("kgw acls: give at most one of --topic/--group/--cluster/--transactional-id/...")
+    if not chosen:
+        if for_filter:
+            return ResourceType.ANY, None
+        raise SystemExit("kgw acls add: name a resource (--topic NAME, --group NAME, --cluster, ...)")
+    kind, name = chosen[0]
+    return _RESOURCES[kind], ("kafka-cluster" if kind == "cluster" else name)
+
+
+def _enum(enum_cls, text: str):
+    try:
+        return enum_cls[text.upper()]
+    except KeyError:
+        raise SystemExit(f"kgw acls: unknown {enum_cls.__name__} {text!r}; one of "
+                         f"{', '.join(m.name for m in enum_cls if m.name != 'UNKNOWN')}") from None
+
+
+def _binding(args) -> AclBinding:
+    rtype, name = _resource(args, for_filter=False)
+    pattern = PatternType.PREFIXED if args.prefixed else PatternType.LITERAL
+    return AclBinding(
+        ResourcePattern(rtype, name, pattern),
+        AccessControlEntry(args.principal, args.host, _enum(AclOperation, args.operation),
+                           AclPermissionType.DENY if args.deny else AclPermissionType.ALLOW),
+    )
+
+
+def _filter(args) -> AclBindingFilter:
+    rtype, name = _resource(args, for_filter=True)
+    pattern = PatternType.PREFIXED if args.prefixed else (PatternType.ANY if name is None else PatternType.LITERAL)
+    permission = AclPermissionType.ANY
+    if args.deny:
+        permission = AclPermissionType.DENY
+    return AclBindingFilter(
+        ResourcePatternFilter(rtype, name, pattern),
+        AccessControlEntryFilter(args.principal, None if args.host == "*" and not args.exact_host else args.host,
+                                 _enum(AclOperation, args.operation) if args.operation else AclOperation.ANY,
+                                 permission),
+    )
+
+
+async def _with_store(args, work):
+    store = DirectoryMetadataStore(_data_dir(args))
+    try:
+        authorizer = StandardAuthorizer()
+        image = MetadataImage(store, authorizer)
+        authorizer.acl_writer = image.write_acls
+        await image.load()
+        return await work(authorizer, image)
+    finally:
+        await store.aclose()
+
+
+def _print_binding(b: AclBinding) -> None:
+    p, e = b.pattern, b.entry
+    print(f"{p.resource_type.name}:{p.pattern_type.name}:{p.name}\t{e.principal}\t{e.host}\t"
+          f"{e.operation.name}\t{e.permission_type.name}")
+
+
+def cmd_acls(args) -> int:
+    async def list_(authorizer, _image):
+        for b in authorizer.acls(_filter(args)):
+            _print_binding(b)
+        return 0
+
+    async def add(authorizer, _image):
+        (result,) = await authorizer.create_acls(None, [_binding(args)])
+        if result.error_code:
+            print(f"kgw acls add: refused ({result.error_code}): {result.message}", file=sys.stderr)
+            return 1
+        print("added")
+        return 0
+
+    async def remove(authorizer, _image):
+        (result,) = await authorizer.delete_acls(None, [_filter(args)])
+        if result.error_code:
+            print(f"kgw acls remove: refused ({result.error_code}): {result.message}", file=sys.stderr)
+            return 1
+        for d in result.deleted:
+            _print_binding(d.binding)
+        print(f"removed {len(result.deleted)}")
+        return 0
+
+    async def dump(_authorizer, image):
+        print(render(image.loaded_state))
+        return 0
+
+    work = {"list": list_, "add": add, "remove": remove, "dump": dump}[args.action]
+    if args.action == "add" and not (args.principal and args.operation):
+        raise SystemExit("kgw acls add: --principal and --operation are required")
+    try:
+        return trio.run(_with_store, args, work)
+    except MetadataLogError as e:
+        print(f"kgw acls: {e}", file=sys.stderr)
+        return 2
+
+
+def register(sub) -> None:
+    p = sub.add_parser("acls", help="list, add or remove ACLs offline; dump the metadata log",
+                       description="Operate on kgw's metadata log directly (stop the gateway first). "
+                       "'dump' prints the KIP-801 metadata-shell view (/acl/id/<uuid> -> JSON).")
+    p.add_argument("action", choices=["list", "add", "remove", "dump"])
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--config", help="gateway YAML (its metadata.path is used)")
+    where.add_argument("--data-dir", help="the metadata log directory")
+    p.add_argument("--principal", help="e.g. User:alice (filters: exact text)")
+    p.add_argument("--host", default="*", help="host (default *)")
+    p.add_argument("--exact-host", action="store_true", help="with list/remove: match host '*' literally")
+    p.add_argument("--operation", help="READ, WRITE, DESCRIBE, ALL, ...")
+    p.add_argument("--deny", action="store_true", help="a DENY ACL (default ALLOW)")
+    p.add_argument("--prefixed", action="store_true", help="PREFIXED resource pattern (default LITERAL)")
+    for kind in _RESOURCES:
+        if kind == "cluster":
+            p.add_argument("--cluster", action="store_const", const="kafka-cluster", help="the CLUSTER resource")
+        else:
+            p.add_argument(f"--{kind.replace('_', '-')}", dest=kind, metavar="NAME")
+    p.set_defaults(func=cmd_acls)

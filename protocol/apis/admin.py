@@ -1,0 +1,3 @@
+"""Enforcement for the admin API family (filled in by the authorization work)."""
+
+SPECS = ()

@@ -1,0 +1,3 @@
+"""Enforcement for the topics API family (filled in by the authorization work)."""
+
+SPECS = ()

@@ -1,0 +1,3 @@
+"""Enforcement for the transactions API family (filled in by the authorization work)."""
+
+SPECS = ()
