@@ -189,13 +189,19 @@ class ClientConnection:
             raise CloseConnection(f"malformed {spec.name} v{header.api_version} request: {e}", "decode") from None
         auth = self._auth_helper(header)
         if spec.answered_locally:
+            if to_upstream:  # earlier requests must not wait behind a slow local answer
+                await self._send_upstream(to_upstream)
+                to_upstream.clear()
             try:
                 answer = await spec.answer(self.gw, auth, header, info)
             except RefuseRequest as e:
                 raise CloseConnection(f"{spec.name} refused: {e}", "refused") from None
-            await self._answer_locally(header, spec, answer)
-            return
-        decision = self._enforce(spec, auth, header, body, info)
+            if not isinstance(answer, Decision):
+                await self._answer_locally(header, spec, answer)
+                return
+            decision = answer  # part answered here, part forwarded (e.g. config APIs)
+        else:
+            decision = self._enforce(spec, auth, header, body, info)
         if decision.close is not None:
             raise CloseConnection(decision.close, "denied")
         if decision.respond is not None:

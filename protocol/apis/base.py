@@ -18,8 +18,10 @@ keyed by API key.  A spec is sans-IO:
   forward as is, forward a reduced request and merge the denied part back
   into the response, answer entirely from kgw, or close the connection.
   An API without ``enforce`` is refused whenever an authorizer is configured.
-* ``answer(services, auth, header, info)`` (``answered_locally`` APIs) builds
-  the whole response body in kgw.
+* ``answer(gateway, auth, header, info)`` (``answered_locally`` APIs, async)
+  builds the whole response body in kgw, or returns a :class:`Decision` to
+  forward part of the request (e.g. config APIs: BROKER resources answered by
+  kgw, TOPIC resources forwarded and merged back).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ class RefuseRequest(Exception):
     """Raised by an enforcer or local answer: close the connection without a response,
     as a broker does for a request it cannot parse (e.g. an UNKNOWN code in an ACL request)."""
 Enforcer = Callable[[Any, RequestHeader, memoryview, RequestInfo], Decision]
-LocalAnswer = Callable[[Any, Any, RequestHeader, RequestInfo], Awaitable[bytes]]
+LocalAnswer = Callable[[Any, Any, RequestHeader, RequestInfo], Awaitable["bytes | Decision"]]
 
 
 @dataclass(frozen=True, slots=True)
