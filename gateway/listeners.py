@@ -62,6 +62,8 @@ class Listener:
         self._node_ports: dict[int, int] = {}
         self._nursery: trio.Nursery | None = None
         self._connections = 0
+        #: dynamic (DescribeConfigs/AlterConfigs may change it at run time)
+        self.max_connections: int = config.max_connections
 
     @property
     def advertised_bootstrap(self) -> tuple[str, int]:
@@ -111,9 +113,9 @@ class Listener:
                         continue
                     raise
                 stream = trio.SocketStream(conn)
-                if self._connections >= self.config.max_connections:
+                if self._connections >= self.max_connections:
                     log.warning("listener %s is at its limit of %d connections; refusing %s",
-                                self.name, self.config.max_connections, addr[0])
+                                self.name, self.max_connections, addr[0])
                     self.gateway.metrics.errors.labels(self.name, "-", "connection_limit").inc()
                     await trio.aclose_forcefully(stream)
                     continue
