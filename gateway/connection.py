@@ -63,7 +63,29 @@ __all__ = ["ClientConnection", "CloseConnection"]
 log = logging.getLogger("kgw.connection")
 _I32 = struct.Struct(">i")
 _RECV = 256 * 1024
+_RECV_INTO_MIN = 64 * 1024
 _MAX_RESPONSE = (1 << 31) - 1
+
+
+async def _receive(stream: trio.SocketStream, decoder: FrameDecoder) -> bytes | memoryview:
+    """Read the next bytes into ``decoder``; returns what was read (empty at EOF).
+
+    While a large frame is being assembled, bytes are received straight into
+    its buffer (``recv_into``), so a multi-megabyte Produce request or Fetch
+    response is copied once, from the kernel, instead of chunk by chunk.
+    """
+    space = decoder.partial_space()
+    if space is not None and len(space) >= _RECV_INTO_MIN:
+        try:
+            n = await stream.socket.recv_into(space)
+        except OSError as e:
+            raise trio.BrokenResourceError(e) from e
+        decoder.partial_filled(n)
+        return space[:n]
+    data = await stream.receive_some(_RECV)
+    if data:
+        decoder.receive_data(data)
+    return data
 
 
 class CloseConnection(Exception):
@@ -140,14 +162,13 @@ class ClientConnection:
         bytes_in = self._metrics.bytes_in.labels(self._listener_name)
         to_upstream: list[memoryview] = []
         while True:
-            data = await self.stream.receive_some(_RECV)
+            data = await _receive(self.stream, decoder)
             if not data:
                 if decoder.in_frame:
                     log.info("client closed the connection in the middle of a request (%d bytes buffered)",
                              decoder.buffered, extra=self._fields())
                 return
             bytes_in.inc(len(data))
-            decoder.receive_data(data)
             while True:
                 try:
                     frame = decoder.next_frame()
@@ -175,7 +196,7 @@ class ClientConnection:
             # ApiVersions is answered even for versions kgw does not know (KIP-511).
             await self._answer_api_versions(header, spec)
             return
-        advertised = await self._advertised()
+        advertised = self.gw.advertised_cached or await self._advertised()
         allowed = advertised.get(header.api_key)
         if allowed is None or not allowed.min <= header.api_version <= allowed.max:
             raise CloseConnection(
@@ -307,44 +328,40 @@ class ClientConnection:
         self._nursery.start_soon(self._read_upstream, stream)
 
     async def _read_upstream(self, stream: trio.SocketStream) -> None:
+        """Pair upstream responses with requests in flight; one cancel scope carries the
+        deadline of the oldest request and is replaced only when it fires."""
         decoder = FrameDecoder(_MAX_RESPONSE)
         in_flight = self._in_flight
         while True:
-            deadline = in_flight[0].deadline if in_flight else math.inf
-            with trio.CancelScope(deadline=deadline) as scope:
+            with trio.CancelScope(deadline=in_flight[0].deadline if in_flight else math.inf) as scope:
                 self._upstream_scope = scope
-                try:
-                    data = await stream.receive_some(_RECV)
-                except (trio.BrokenResourceError, OSError) as e:
-                    raise CloseConnection(f"upstream connection lost: {e}", "upstream") from None
+                while True:
+                    data = await _receive(stream, decoder)
+                    if not data:
+                        raise CloseConnection("upstream closed the connection", "upstream")
+                    completed = False
+                    while True:
+                        try:
+                            frame = decoder.next_frame()
+                        except FrameError as e:
+                            raise CloseConnection(f"bad frame from upstream: {e}", "upstream") from None
+                        if frame is NEED_DATA:
+                            break
+                        if not in_flight:
+                            raise CloseConnection("upstream sent a response nobody asked for", "upstream")
+                        self._complete(in_flight.popleft(), frame)
+                        completed = True
+                    if completed:
+                        scope.deadline = in_flight[0].deadline if in_flight else math.inf
+                        await self._flush()
             self._upstream_scope = None
-            if scope.cancelled_caught:
-                if in_flight and trio.current_time() >= in_flight[0].deadline:
-                    slot = in_flight[0]
-                    raise CloseConnection(
-                        f"upstream did not answer {slot.spec.name} (correlation id "
-                        f"{slot.header.correlation_id}) within {slot.deadline - slot.sent_at:.1f}s",
-                        "timeout",
-                    )
-                continue
-            if not data:
-                raise CloseConnection("upstream closed the connection", "upstream")
-            decoder.receive_data(data)
-            completed = False
-            while True:
-                try:
-                    frame = decoder.next_frame()
-                except FrameError as e:
-                    raise CloseConnection(f"bad frame from upstream: {e}", "upstream") from None
-                if frame is NEED_DATA:
-                    break
-                if not in_flight:
-                    raise CloseConnection("upstream sent a response nobody asked for", "upstream")
-                slot = in_flight.popleft()
-                self._complete(slot, frame)
-                completed = True
-            if completed:
-                await self._flush()
+            if in_flight and trio.current_time() >= in_flight[0].deadline:
+                slot = in_flight[0]
+                raise CloseConnection(
+                    f"upstream did not answer {slot.spec.name} (correlation id "
+                    f"{slot.header.correlation_id}) within {slot.deadline - slot.sent_at:.1f}s",
+                    "timeout",
+                )
 
     def _complete(self, slot: _Slot, frame: memoryview) -> None:
         header = slot.header

@@ -67,6 +67,11 @@ class Gateway:
     def readiness(self) -> dict[str, bool]:
         return dict(self._ready)
 
+    @property
+    def advertised_cached(self) -> dict[int, VersionRange] | None:
+        """The advertised versions if current (a synchronous fast path for every request)."""
+        return self._advertised if self._advertised_for is self.cluster.versions else None
+
     async def advertised_versions(self) -> dict[int, VersionRange]:
         versions = await self.cluster.ensure_versions()
         if self._advertised_for is not versions:

@@ -87,6 +87,17 @@ class FrameDecoder:
         """True while a started frame is incomplete (used to log truncation)."""
         return self._partial is not None or (len(self._chunk) - self._pos) > 0
 
+    def partial_space(self) -> memoryview | None:
+        """The unfilled part of the frame being assembled, to receive into directly;
+        None when no frame is being assembled or unread bytes are pending."""
+        if self._partial is None or len(self._chunk) - self._pos:
+            return None
+        return memoryview(self._partial)[self._partial_fill :]
+
+    def partial_filled(self, n: int) -> None:
+        """Record ``n`` bytes written into :meth:`partial_space`."""
+        self._partial_fill += n
+
     def receive_data(self, data: bytes) -> None:
         """Feed bytes read from the peer.  Call only after NEED_DATA."""
         rest = len(self._chunk) - self._pos
@@ -118,7 +129,7 @@ class FrameDecoder:
                 return NEED_DATA
             self._partial = None
             self._partial_fill = 0
-            return memoryview(partial)
+            return memoryview(partial).toreadonly()  # kio readers want read-only buffers
         if avail < 4:
             return NEED_DATA
         (size,) = _LEN.unpack_from(chunk, pos)

@@ -70,3 +70,15 @@ def test_whole_frames_in_a_chunk_are_views_not_copies():
     d.receive_data(chunk)
     f = d.next_frame()
     assert isinstance(f, memoryview) and f.obj is chunk
+
+
+def test_frames_assembled_across_reads_are_read_only_views():
+    # kio's native readers refuse writable buffers: a reassembled frame must be read-only
+    d = FrameDecoder(1 << 20)
+    d.receive_data(STREAM[:7])
+    frames_of(d)
+    d.receive_data(STREAM[7:])
+    out = []
+    while (f := d.next_frame()) is not NEED_DATA:
+        out.append(f)
+    assert all(f.readonly for f in out)
