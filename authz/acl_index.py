@@ -258,46 +258,48 @@ def _prefix_upper_bound(prefix: str) -> str | None:
     return None
 
 
-def _first_undominated(
-    names: tuple[str, ...],
-    deny_literals: frozenset[str] | set[str],
-    deny_prefixes: frozenset[str] | set[str],
-    deny_prefix_lengths: tuple[int, ...],
-    check_literals: bool,
-) -> bool:
-    """Does ``names`` (sorted) hold a name that is not cancelled by a DENY
-    literal (if ``check_literals``) nor by a DENY prefix starting it?
+def _first_undominated(names: tuple[str, ...], others: list["GroupSummary"], check_literals: bool) -> bool:
+    """Does ``names`` (sorted) hold a name that no DENY of ``others`` cancels?
 
-    With few deny prefixes and many names, the names each prefix cancels are a
-    contiguous run of the sorted tuple: they are skipped with two bisections
-    per prefix instead of probing every name.
+    A name is cancelled by a DENY prefix of any of ``others`` that starts it,
+    or (if ``check_literals``) by an equal DENY literal.  Nothing is merged:
+    each of the (at most eight) groups is probed with its own precomputed
+    sets.  With few deny prefixes and many names, the names each prefix
+    cancels are a contiguous run of the sorted tuple, skipped with two
+    bisections per prefix instead of probing every name.
     """
     if not names:
         return False
-    if not deny_prefixes:
-        if not check_literals or not deny_literals:
-            return True
-        return any(n not in deny_literals for n in names)
-    if len(deny_prefixes) * 4 < len(names):
+    literal_sets = [o.deny_literals for o in others if o.deny_literals] if check_literals else []
+    prefix_groups = [o for o in others if o.deny_prefixes]
+
+    def literal_denied(n: str) -> bool:
+        return any(n in lits for lits in literal_sets)
+
+    if not prefix_groups:
+        return not literal_sets or any(not literal_denied(n) for n in names)
+    prefix_count = sum(len(o.deny_prefixes) for o in prefix_groups)
+    if prefix_count * 4 < len(names):
         runs = []
-        for p in deny_prefixes:
-            lo = bisect.bisect_left(names, p)
-            upper = _prefix_upper_bound(p)
-            hi = len(names) if upper is None else bisect.bisect_left(names, upper, lo)
-            if lo < hi:
-                runs.append((lo, hi))
+        for o in prefix_groups:
+            for p in o.deny_prefixes:
+                lo = bisect.bisect_left(names, p)
+                upper = _prefix_upper_bound(p)
+                hi = len(names) if upper is None else bisect.bisect_left(names, upper, lo)
+                if lo < hi:
+                    runs.append((lo, hi))
         runs.sort()
         pos = 0
         for lo, hi in runs + [(len(names), len(names))]:
             for i in range(pos, lo):  # names in the gap before this run survive prefixes
-                if not check_literals or names[i] not in deny_literals:
+                if not literal_denied(names[i]):
                     return True
             pos = max(pos, hi)
         return False
     for n in names:
-        if check_literals and n in deny_literals:
+        if literal_sets and literal_denied(n):
             continue
-        if not _has_prefix_in(n, deny_prefixes, deny_prefix_lengths):
+        if not any(_has_prefix_in(n, o.deny_prefixes, o.deny_prefix_lengths) for o in prefix_groups):
             return True
     return False
 
@@ -509,20 +511,11 @@ class AclIndex:
             return True
         for s in summaries:
             others = [o for o in summaries if o is not s]
-            if len(others) == 0:
-                deny_lit: frozenset[str] | set[str] = frozenset()
-                deny_pre: frozenset[str] | set[str] = frozenset()
-            elif len(others) == 1:
-                deny_lit, deny_pre = others[0].deny_literals, others[0].deny_prefixes
-            else:
-                deny_lit = set().union(*(o.deny_literals for o in others))
-                deny_pre = set().union(*(o.deny_prefixes for o in others))
-            lengths = tuple(sorted({len(p) for p in deny_pre}))
             # A DENY literal cancels an ALLOW literal of the same name only;
             # it never cancels an ALLOW prefix.
-            if _first_undominated(s.survivor_literals, deny_lit, deny_pre, lengths, True):
+            if _first_undominated(s.survivor_literals, others, True):
                 return True
-            if _first_undominated(s.survivor_prefixes, deny_lit, deny_pre, lengths, False):
+            if _first_undominated(s.survivor_prefixes, others, False):
                 return True
         return False
 

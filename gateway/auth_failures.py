@@ -1,0 +1,113 @@
+"""Authentication failures: the exception, a metric, and a bounded per-address counter.
+
+Theory of operation
+-------------------
+Every failed authentication on a listener (TLS handshake refused, SASL
+exchange refused) is reported once to an :class:`AuthFailureTracker`, which
+
+* increments ``kgw_authentication_failures_total{listener, mechanism}``
+  (mechanism is ``SSL`` for TLS handshakes, else the SASL mechanism, or
+  ``unknown`` when the client failed before choosing one);
+* counts failures per client *host* (the port changes with every connection,
+  so it is not part of the key) and logs one WARNING when a host reaches
+  ``warn_threshold`` failures, then again each time its count doubles, so a
+  client hammering the gateway with a wrong password is visible without
+  flooding the log.
+
+The per-host table is an LRU bounded by ``capacity`` (default 4096 hosts):
+recording a failure for a new host when the table is full forgets the host
+that failed least recently.  Memory is therefore bounded whatever the number
+of distinct attackers; the price is that a host evicted by a flood of others
+starts again from zero.  A successful authentication calls :meth:`forget`,
+so the count is of failures since the host's last success.
+
+Nothing here logs a secret: the log line names the listener, mechanism, host
+and count only.  The tracker is not thread-safe and needs no lock under Trio
+(all connections run in one thread).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+
+from prometheus_client import CollectorRegistry, Counter
+
+__all__ = ["AuthenticationFailed", "AuthFailureTracker"]
+
+log = logging.getLogger("kgw.auth")
+
+
+class AuthenticationFailed(Exception):
+    """A client failed to authenticate; the connection must be closed.
+
+    The message is safe to log (no secrets) and says what went wrong.
+    ``mechanism`` is ``"SSL"`` for TLS failures, else the SASL mechanism.
+    """
+
+    def __init__(self, message: str, *, mechanism: str = "SSL") -> None:
+        super().__init__(message)
+        self.mechanism = mechanism
+
+
+class AuthFailureTracker:
+    """Counts authentication failures per client host and as a Prometheus counter.
+
+    Args:
+        registry: where ``kgw_authentication_failures_total`` is registered
+            (normally ``GatewayMetrics.registry``); None = a private registry.
+        capacity: hosts remembered at most (LRU).
+        warn_threshold: a host's failure count that triggers the first WARNING.
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, capacity: int = 4096, warn_threshold: int = 5
+    ) -> None:
+        if capacity < 1 or warn_threshold < 1:
+            raise ValueError("capacity and warn_threshold must be >= 1")
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.counter = Counter(
+            "kgw_authentication_failures",
+            "Failed client authentications (TLS handshakes and SASL exchanges)",
+            ["listener", "mechanism"],
+            registry=self.registry,
+        )
+        self.capacity = capacity
+        self.warn_threshold = warn_threshold
+        self._counts: OrderedDict[str, int] = OrderedDict()
+
+    def record_failure(self, address: str | tuple, *, listener: str = "unknown", mechanism: str = "unknown") -> int:
+        """Count one failure of ``address`` (a host, or a (host, port, ...) tuple); return the host's count."""
+        host = _host(address)
+        self.counter.labels(listener, mechanism or "unknown").inc()
+        count = self._counts.pop(host, 0) + 1
+        self._counts[host] = count
+        if len(self._counts) > self.capacity:
+            self._counts.popitem(last=False)
+        if count >= self.warn_threshold and _is_power_of_two(count // self.warn_threshold) and (
+            count % self.warn_threshold == 0
+        ):
+            log.warning(
+                "repeated authentication failures from %s: %d", host, count,
+                extra={"kgw": {"listener": listener, "mechanism": mechanism, "client": host, "failures": count}},
+            )
+        return count
+
+    def forget(self, address: str | tuple) -> None:
+        """Reset a host's count (call after a successful authentication)."""
+        self._counts.pop(_host(address), None)
+
+    def count(self, address: str | tuple) -> int:
+        """Failures recorded for a host and still remembered."""
+        return self._counts.get(_host(address), 0)
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+
+def _host(address: str | tuple) -> str:
+    return str(address[0]) if isinstance(address, tuple) else str(address)
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0

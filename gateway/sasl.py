@@ -1,0 +1,621 @@
+"""SASL on client connections: sans-IO mechanisms and Kafka's SASL framing state machine.
+
+Theory of operation
+-------------------
+Two layers, neither of which touches a socket.
+
+**Mechanisms** (:class:`PlainServer`, :class:`ScramServer`) follow the SASL
+server model: ``evaluate(token) -> challenge`` until ``complete``; any
+failure raises :class:`SaslFailure`.
+
+* PLAIN (RFC 4616): one message ``[authzid] NUL authcid NUL passwd``.  The
+  password is checked with ``PlainCredential.verify`` (constant time).  An
+  unknown user costs the same PBKDF2 work as a wrong password and gets the
+  same message.  An authzid other than empty or the user name is refused
+  (Kafka ``PlainSaslServer``).
+* SCRAM-SHA-256/512 (RFC 5802, RFC 7677): client-first (gs2 header + bare
+  message) → server-first (``r=<client nonce><server nonce>,s=<salt>,i=<n>``)
+  → client-final (``c=,r=,p=``) → server-final (``v=<ServerSignature>``).
+  The server holds only StoredKey and ServerKey, never the password, and
+  checks a proof without PBKDF2::
+
+      ClientSignature = HMAC(StoredKey, AuthMessage)
+      ClientKey       = ClientProof XOR ClientSignature
+      valid           ⇔ H(ClientKey) == StoredKey      (constant-time compare)
+
+  Unknown users are not revealed: they get a server-first with a salt derived
+  from the name (stable across attempts) and 4096 iterations, and fail at
+  client-final exactly like a wrong password.  Channel-binding flag ``p`` is
+  refused (kgw offers no ``-PLUS`` mechanism); ``n`` and ``y`` are accepted
+  and ``c=`` must echo the gs2 header.  The reserved ``m=`` attribute is
+  refused (RFC 5802 §5.1).  The ``tokenauth`` extension (Kafka delegation
+  tokens) is refused; other extensions are ignored, as in Kafka.
+
+**Framing** (:class:`SaslSession`) is Kafka's ``SaslServerAuthenticator``
+state machine for one connection::
+
+    INITIAL ──ApiVersions──▶ HANDSHAKE
+    INITIAL / HANDSHAKE ──SaslHandshake v1──▶ AUTHENTICATE ──SaslAuthenticate*──▶ COMPLETE
+    INITIAL / HANDSHAKE ──SaslHandshake v0──▶ RAW_TOKENS   ──raw token frames*──▶ COMPLETE
+    any failure ──▶ FAILED (the connection is closed after the response)
+
+The connection calls :meth:`SaslSession.gate` for every request frame before
+dispatching it; before COMPLETE only ApiVersions, SaslHandshake and
+SaslAuthenticate pass.  SaslHandshake and SaslAuthenticate go to
+:meth:`SaslSession.handle`, which returns the response entity and whether
+to close the connection after sending it.  In the RAW_TOKENS state
+(``expects_raw_token``) frames carry bare SASL tokens without a request
+header, and go to :meth:`SaslSession.handle_raw_token`.
+
+Error responses (codes from ``kio.schema.errors.ErrorCode``):
+
+* SaslHandshake with a mechanism not enabled on the listener:
+  UNSUPPORTED_SASL_MECHANISM (33) listing the enabled mechanisms, then close;
+* SaslHandshake or SaslAuthenticate out of order: ILLEGAL_SASL_STATE (34),
+  then close; after a successful authentication the same code, connection
+  kept (what Kafka's request handler answers when re-authentication is off);
+* a failed exchange: SASL_AUTHENTICATION_FAILED (58) with a message, then
+  close.  The message never says whether the user exists.
+
+``session_lifetime_ms`` is always 0: kgw does not ask clients to
+re-authenticate (KIP-368).
+
+Secrets (passwords, proofs, keys) are never logged nor put in messages;
+failure reasons kept for the log (``failure_reason``) name the user at most.
+
+PLAIN with ``password_hash`` runs PBKDF2 (100 000 iterations by default, tens
+of milliseconds) inside ``handle``; the connection should call ``handle`` for
+SaslAuthenticate through ``trio.to_thread.run_sync`` when
+``session.mechanism == "PLAIN"``.  SCRAM costs a few HMACs and can run inline.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import hashlib
+import hmac
+import logging
+import os
+import re
+import secrets
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i64Timedelta
+
+from authz.principal import KafkaPrincipal
+from authz.principal_builder import AuthenticationContext, KafkaPrincipalBuilder, SaslAuthenticationContext
+from configs.gateway_config import SCRAM_MIN_ITERATIONS, PlainCredential, SaslMechanism, ScramCredential
+from protocol.codecs import response_class
+
+__all__ = [
+    "CredentialStore",
+    "PlainServer",
+    "SaslFailure",
+    "SaslSession",
+    "SaslState",
+    "SaslStateError",
+    "ScramServer",
+    "scram_credential",
+    "SASL_HANDSHAKE",
+    "SASL_AUTHENTICATE",
+]
+
+log = logging.getLogger("kgw.sasl")
+
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+API_VERSIONS = 18
+
+
+class SaslFailure(Exception):
+    """A SASL exchange failed.
+
+    ``client_message`` goes to the client in the error response;
+    ``reason`` (default: the same) is for the gateway's log.  Neither
+    contains a secret.
+    """
+
+    def __init__(self, client_message: str, reason: str | None = None) -> None:
+        super().__init__(client_message)
+        self.client_message = client_message
+        self.reason = reason or client_message
+
+
+class SaslStateError(Exception):
+    """A request arrived that the SASL state does not allow; close without a response."""
+
+
+def scram_credential(name: str, password: str, mechanism: str | SaslMechanism, **kwargs: Any) -> ScramCredential:
+    """A ScramCredential for ``password`` (tests, tools); see ``ScramCredential.from_password``."""
+    return ScramCredential.from_password(name, password, SaslMechanism(mechanism), **kwargs)
+
+
+# --------------------------------------------------------------------------- credentials
+
+
+class CredentialStore:
+    """The users of a ``UsersConfig`` indexed for lookup: PLAIN by name, SCRAM by (name, mechanism).
+
+    Build it once per configuration (:meth:`of` caches the last few) and share
+    it between connections.
+    """
+
+    __slots__ = ("plain", "scram")
+    _cache: dict[int, tuple[Any, CredentialStore]] = {}
+
+    def __init__(self, users: Any) -> None:
+        self.plain: Mapping[str, PlainCredential] = {u.name: u for u in getattr(users, "plain", ()) or ()}
+        self.scram: Mapping[tuple[str, str], ScramCredential] = {
+            (u.name, str(u.mechanism)): u for u in getattr(users, "scram", ()) or ()
+        }
+
+    @classmethod
+    def of(cls, users: Any) -> CredentialStore:
+        """``users`` itself if it is a store, else the (cached) store of a ``UsersConfig``."""
+        if isinstance(users, CredentialStore):
+            return users
+        hit = cls._cache.get(id(users))
+        if hit is not None and hit[0] is users:
+            return hit[1]
+        store = cls(users)
+        if len(cls._cache) >= 8:
+            cls._cache.clear()
+        cls._cache[id(users)] = (users, store)
+        return store
+
+
+# --------------------------------------------------------------------------- PLAIN
+
+
+def _dummy_plain() -> PlainCredential:
+    """A credential no password matches, with the default PBKDF2 cost (no PBKDF2 run to make it)."""
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    return PlainCredential(name="", password_hash=f"pbkdf2_sha256$100000${b64(os.urandom(16))}${b64(os.urandom(32))}")
+
+
+_DUMMY_PLAIN = _dummy_plain()
+
+
+class PlainServer:
+    """SASL/PLAIN server (RFC 4616) with Kafka's checks and messages."""
+
+    mechanism = "PLAIN"
+
+    def __init__(self, users: Mapping[str, PlainCredential]) -> None:
+        self._users = users
+        self.complete = False
+        self.authorization_id: str | None = None
+
+    def evaluate(self, token: bytes) -> bytes:
+        if self.complete:
+            raise SaslFailure("Authentication failed: PLAIN exchange already complete")
+        authzid, username, password = _plain_tokens(token)
+        if not username:
+            raise SaslFailure("Authentication failed: username not specified")
+        if not password:
+            raise SaslFailure("Authentication failed: password not specified")
+        credential = self._users.get(username)
+        ok = (credential or _DUMMY_PLAIN).verify(password)
+        if credential is None or not ok:
+            why = "unknown user" if credential is None else "wrong password"
+            raise SaslFailure("Authentication failed: Invalid username or password", f"{why} {username!r}")
+        if authzid and authzid != username:
+            raise SaslFailure(
+                "Authentication failed: Client requested an authorization id that is different from username",
+                f"user {username!r} asked for authorization id {authzid!r}",
+            )
+        self.authorization_id = username
+        self.complete = True
+        return b""
+
+
+def _plain_tokens(token: bytes) -> tuple[str, str, str]:
+    """Kafka PlainSaslServer.extractTokens: exactly three NUL-separated UTF-8 fields."""
+    try:
+        text = token.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SaslFailure("Invalid SASL/PLAIN response: not UTF-8") from None
+    parts = text.split("\x00", 3)
+    if len(parts) != 3:
+        raise SaslFailure(f"Invalid SASL/PLAIN response: expected 3 tokens, got {min(len(parts), 4)}")
+    return parts[0], parts[1], parts[2]
+
+
+# --------------------------------------------------------------------------- SCRAM
+
+_PRINTABLE_NONCE = re.compile(r"[\x21-\x2b\x2d-\x7e]+")
+_EXTENSION = re.compile(r"([A-Za-z]+)=([^,]*)")
+_SCRAM_GENERIC = "Authentication failed during authentication due to invalid credentials with SASL mechanism {}"
+_FAKE_SALT_KEY = secrets.token_bytes(32)
+
+
+def _default_nonce() -> str:
+    return secrets.token_urlsafe(24)  # 192 bits; alphabet has no ','
+
+
+class ScramServer:
+    """SCRAM-SHA-256 / SCRAM-SHA-512 server (RFC 5802, RFC 7677) over stored credentials.
+
+    Args:
+        mechanism: "SCRAM-SHA-256" or "SCRAM-SHA-512".
+        credentials: (name, mechanism) -> ScramCredential.
+        nonce_factory: the server's nonce part (tests pass RFC 7677's).
+    """
+
+    def __init__(
+        self, mechanism: str, credentials: Mapping[tuple[str, str], ScramCredential],
+        *, nonce_factory: Callable[[], str] = _default_nonce,
+    ) -> None:
+        self.mechanism = str(mechanism)
+        self._hash = SaslMechanism(self.mechanism).hash_name
+        if self._hash is None:
+            raise ValueError(f"{mechanism} is not a SCRAM mechanism")
+        self._credentials = credentials
+        self._nonce_factory = nonce_factory
+        self._step = self._client_first
+        self.complete = False
+        self.authorization_id: str | None = None
+        # exchange state
+        self._username = ""
+        self._credential: ScramCredential | None = None
+        self._known = False
+        self._gs2_header = ""
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
+
+    def evaluate(self, token: bytes) -> bytes:
+        try:
+            text = token.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self._fail("message is not UTF-8") from None
+        step, self._step = self._step, self._done
+        return step(text)
+
+    # -- steps ------------------------------------------------------------------
+
+    def _client_first(self, text: str) -> bytes:
+        gs2_header, authzid, bare = self._parse_gs2(text)
+        username, client_nonce, extensions = self._parse_client_first_bare(bare)
+        if extensions.get("tokenauth", "").lower() == "true":
+            raise SaslFailure(
+                "Authentication failed: delegation token authentication (tokenauth) is not supported by kgw",
+                f"user {username!r} tried delegation-token authentication",
+            )
+        if authzid and authzid != username:
+            raise SaslFailure(
+                "Authentication failed: Client requested an authorization id that is different from username",
+                f"user {username!r} asked for authorization id {authzid!r}",
+            )
+        self._username = username
+        credential = self._credentials.get((username, self.mechanism))
+        self._known = credential is not None
+        self._credential = credential if credential is not None else self._fake_credential(username)
+        if self._credential.iterations < SCRAM_MIN_ITERATIONS:
+            raise self._fail(f"user {username!r} has fewer than {SCRAM_MIN_ITERATIONS} iterations")
+        salt, iterations = self._credential.salt, self._credential.iterations
+        self._gs2_header, self._client_first_bare = gs2_header, bare
+        self._nonce = client_nonce + self._server_nonce()
+        self._server_first = f"r={self._nonce},s={base64.b64encode(salt).decode()},i={iterations}"
+        self._step = self._client_final
+        return self._server_first.encode()
+
+    def _client_final(self, text: str) -> bytes:
+        without_proof, proof = self._parse_client_final(text)
+        credential = self._credential
+        assert credential is not None
+        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
+        # Same work for unknown users (fake credential) as for known ones.
+        client_signature = hmac.digest(credential.stored_key, auth_message, self._hash)
+        client_key = bytes(a ^ b for a, b in zip(proof, client_signature))
+        proof_ok = hmac.compare_digest(hashlib.new(self._hash, client_key).digest(), credential.stored_key)
+        if not (proof_ok and self._known):
+            why = "invalid proof for" if self._known else "unknown"
+            raise self._fail(f"{why} user {self._username!r}")
+        server_signature = hmac.digest(credential.server_key, auth_message, self._hash)
+        self.authorization_id = self._username
+        self.complete = True
+        return b"v=" + base64.b64encode(server_signature)
+
+    def _done(self, text: str) -> bytes:
+        raise self._fail("unexpected message after the exchange")
+
+    # -- parsing ------------------------------------------------------------------
+
+    def _parse_gs2(self, text: str) -> tuple[str, str, str]:
+        """Split client-first into (gs2 header, authzid, client-first-message-bare)."""
+        flag, sep, rest = text.partition(",")
+        if not sep or flag not in ("n", "y"):
+            if flag.startswith("p="):
+                raise self._fail("client requires channel binding, which kgw does not offer")
+            raise self._fail("invalid gs2 header")
+        authz, sep, bare = rest.partition(",")
+        if not sep or (authz and not authz.startswith("a=")):
+            raise self._fail("invalid gs2 header")
+        authzid = _sasl_name(authz[2:]) if authz else ""
+        if authz and authzid is None:
+            raise self._fail("invalid authorization id")
+        return f"{flag},{authz},", authzid or "", bare
+
+    def _parse_client_first_bare(self, bare: str) -> tuple[str, str, dict[str, str]]:
+        attrs = bare.split(",")
+        if attrs[0].startswith("m="):
+            raise self._fail("mandatory extension (m=) not supported")
+        if len(attrs) < 2 or not attrs[0].startswith("n=") or not attrs[1].startswith("r="):
+            raise self._fail("invalid client-first message")
+        username = _sasl_name(attrs[0][2:])
+        nonce = attrs[1][2:]
+        if not username:
+            raise self._fail("invalid user name")
+        if not _PRINTABLE_NONCE.fullmatch(nonce):
+            raise self._fail("invalid client nonce")
+        extensions = {}
+        for item in attrs[2:]:
+            m = _EXTENSION.fullmatch(item)
+            if m is None:
+                raise self._fail("invalid extension in client-first message")
+            extensions[m.group(1)] = m.group(2)
+        return username, nonce, extensions
+
+    def _parse_client_final(self, text: str) -> tuple[str, bytes]:
+        """(client-final-message-without-proof, proof), after checking c= and r=."""
+        without_proof, sep, proof_b64 = text.rpartition(",p=")
+        attrs = without_proof.split(",")
+        if not sep or len(attrs) < 2 or not attrs[0].startswith("c=") or not attrs[1].startswith("r="):
+            raise self._fail("invalid client-final message")
+        expected_cb = base64.b64encode(self._gs2_header.encode()).decode()
+        if attrs[0][2:] != expected_cb:
+            raise self._fail("channel binding does not match the gs2 header")
+        if not hmac.compare_digest(attrs[1][2:].encode(), self._nonce.encode()):
+            raise self._fail("nonce does not match the server-first message")
+        try:
+            proof = base64.b64decode(proof_b64, validate=True)
+        except (binascii.Error, ValueError):
+            raise self._fail("invalid proof encoding") from None
+        if len(proof) != hashlib.new(self._hash).digest_size:
+            raise self._fail("invalid proof length")
+        return without_proof, proof
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _fake_credential(self, username: str) -> ScramCredential:
+        """RFC 5802 §9: an unknown user gets a plausible, stable salt and keys nothing matches."""
+        size = hashlib.new(self._hash).digest_size
+        salt = hmac.digest(_FAKE_SALT_KEY, f"{self.mechanism}\x00{username}".encode(), "sha256")[:24]
+        return ScramCredential(
+            name=username, mechanism=SaslMechanism(self.mechanism), salt=salt, iterations=SCRAM_MIN_ITERATIONS,
+            stored_key=secrets.token_bytes(size), server_key=secrets.token_bytes(size),
+        )
+
+    def _server_nonce(self) -> str:
+        nonce = self._nonce_factory()
+        if not _PRINTABLE_NONCE.fullmatch(nonce):
+            raise ValueError("server nonce must be printable ASCII without ','")
+        return nonce
+
+    def _fail(self, reason: str) -> SaslFailure:
+        self._credential = None
+        return SaslFailure(_SCRAM_GENERIC.format(self.mechanism), reason)
+
+
+def _sasl_name(text: str) -> str | None:
+    """RFC 5802 saslname: '=2C' is ',' and '=3D' is '='; any other '=' is invalid (None)."""
+    if text.replace("=2C", "").replace("=3D", "").find("=") >= 0:
+        return None
+    return text.replace("=2C", ",").replace("=3D", "=")
+
+
+# --------------------------------------------------------------------------- Kafka framing
+
+
+class SaslState(enum.Enum):
+    INITIAL = "initial"
+    """Nothing received: ApiVersions or SaslHandshake expected."""
+    HANDSHAKE = "handshake"
+    """ApiVersions answered: SaslHandshake expected."""
+    AUTHENTICATE = "authenticate"
+    """SaslHandshake v1 accepted: SaslAuthenticate requests carry the tokens."""
+    RAW_TOKENS = "raw_tokens"
+    """SaslHandshake v0 accepted: the next frames are bare tokens."""
+    COMPLETE = "complete"
+    FAILED = "failed"
+
+
+_NO_LIFETIME = i64Timedelta.parse(timedelta(0))
+
+
+class SaslSession:
+    """Kafka's server-side SASL framing for one connection (see the module docstring).
+
+    Args:
+        listener_config: the ``ListenerConfig`` (its ``name`` and
+            ``sasl.mechanisms``; ``security_protocol`` must use SASL).
+        users: a ``UsersConfig`` or a :class:`CredentialStore`.
+        principal_builder: builds the principal once authentication completes.
+        auth_context_base: the connection's accept-time context
+            (``PlaintextAuthenticationContext`` or ``SslAuthenticationContext``);
+            its address, listener and TLS certificate go into the
+            ``SaslAuthenticationContext``.
+        failures: optional ``AuthFailureTracker`` told about every failure
+            (and success, which resets the client's count).
+        nonce_factory: SCRAM server nonce source (tests).
+    """
+
+    def __init__(
+        self, listener_config: Any, users: Any, principal_builder: KafkaPrincipalBuilder,
+        auth_context_base: AuthenticationContext, *, failures: Any = None,
+        nonce_factory: Callable[[], str] = _default_nonce,
+    ) -> None:
+        sasl = getattr(listener_config, "sasl", None)
+        if sasl is None or not sasl.mechanisms:
+            raise ValueError(f"listener {getattr(listener_config, 'name', '?')} has no SASL mechanisms")
+        self.listener_name: str = listener_config.name
+        self.enabled_mechanisms: tuple[str, ...] = tuple(str(m) for m in sasl.mechanisms)
+        self._store = CredentialStore.of(users)
+        self._builder = principal_builder
+        self._base = auth_context_base
+        self._failures = failures
+        self._nonce_factory = nonce_factory
+        self.state = SaslState.INITIAL
+        self.mechanism: str | None = None
+        self.failure_reason: str | None = None
+        self._server: PlainServer | ScramServer | None = None
+        self._principal: KafkaPrincipal | None = None
+
+    # -- queries ------------------------------------------------------------------
+
+    @property
+    def authenticated(self) -> bool:
+        return self.state is SaslState.COMPLETE
+
+    @property
+    def principal(self) -> KafkaPrincipal | None:
+        """The builder's principal (the exact object it returned) once authenticated, else None."""
+        return self._principal
+
+    @property
+    def expects_raw_token(self) -> bool:
+        """True when the next frame is a bare SASL token (after SaslHandshake v0)."""
+        return self.state is SaslState.RAW_TOKENS
+
+    # -- entry points ---------------------------------------------------------------
+
+    def gate(self, api_key: int) -> None:
+        """Check a request's API key before dispatch (not used for raw tokens).
+
+        :raises SaslStateError: the request is not allowed now; close the
+            connection without a response (Kafka does the same).
+        """
+        state = self.state
+        if state is SaslState.COMPLETE or api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            return
+        if state is SaslState.INITIAL and api_key == API_VERSIONS:
+            self.state = SaslState.HANDSHAKE
+            return
+        self._set_failed(f"unexpected request (API key {api_key}) in SASL state {state.value}", record=False)
+        raise SaslStateError(self.failure_reason)
+
+    def handle(self, api_key: int, version: int, request: Any) -> tuple[Any, bool]:
+        """Answer a SaslHandshake (17) or SaslAuthenticate (36) request.
+
+        Returns ``(response_entity, close_after)``: send the response, then
+        close the connection if ``close_after``.
+        """
+        if api_key == SASL_HANDSHAKE:
+            return self._handshake(version, request.mechanism)
+        if api_key == SASL_AUTHENTICATE:
+            return self._authenticate(version, bytes(request.auth_bytes))
+        raise ValueError(f"SaslSession.handle: API key {api_key} is not SaslHandshake or SaslAuthenticate")
+
+    def handle_raw_token(self, token: bytes) -> tuple[bytes | None, bool]:
+        """Evaluate a bare token (SaslHandshake v0 flow).
+
+        Returns ``(reply, close_after)``: on success ``reply`` is the token to
+        send back as one size-prefixed frame (possibly empty, as Kafka does
+        for PLAIN); on failure ``(None, True)``: close without a reply, as
+        Kafka does (the v0 flow has no way to carry an error).
+        """
+        if self.state is not SaslState.RAW_TOKENS:
+            self._set_failed(f"raw SASL token in state {self.state.value}", record=False)
+            return None, True
+        try:
+            reply = self._evaluate(token)
+        except SaslFailure:
+            return None, True
+        return reply, False
+
+    # -- SaslHandshake --------------------------------------------------------------
+
+    def _handshake(self, version: int, mechanism: str) -> tuple[Any, bool]:
+        if self.state is SaslState.COMPLETE:
+            return self._handshake_response(version, ErrorCode.illegal_sasl_state, ()), False
+        if self.state not in (SaslState.INITIAL, SaslState.HANDSHAKE):
+            self._set_failed(f"SaslHandshake in state {self.state.value}", record=False)
+            return self._handshake_response(version, ErrorCode.illegal_sasl_state, ()), True
+        if mechanism not in self.enabled_mechanisms:
+            # self.mechanism stays None: client text must not become a metric label
+            self._set_failed(f"unsupported SASL mechanism {mechanism[:64]!r}")
+            return self._handshake_response(version, ErrorCode.unsupported_sasl_mechanism, self.enabled_mechanisms), True
+        self.mechanism = mechanism
+        self._server = self._new_server(mechanism)
+        self.state = SaslState.AUTHENTICATE if version >= 1 else SaslState.RAW_TOKENS
+        return self._handshake_response(version, ErrorCode.none, self.enabled_mechanisms), False
+
+    def _new_server(self, mechanism: str) -> PlainServer | ScramServer:
+        if mechanism == SaslMechanism.PLAIN:
+            return PlainServer(self._store.plain)
+        return ScramServer(mechanism, self._store.scram, nonce_factory=self._nonce_factory)
+
+    @staticmethod
+    def _handshake_response(version: int, code: ErrorCode, mechanisms: tuple[str, ...]) -> Any:
+        return response_class(SASL_HANDSHAKE, version)(error_code=code, mechanisms=tuple(mechanisms))
+
+    # -- SaslAuthenticate -----------------------------------------------------------
+
+    def _authenticate(self, version: int, token: bytes) -> tuple[Any, bool]:
+        if self.state is SaslState.COMPLETE:
+            message = "SaslAuthenticate request received after successful authentication"
+            return self._authenticate_response(version, ErrorCode.illegal_sasl_state, message), False
+        if self.state is not SaslState.AUTHENTICATE:
+            self._set_failed(f"SaslAuthenticate in state {self.state.value}", record=False)
+            message = f"Unexpected SaslAuthenticate request in SASL state {self.state.value}: send SaslHandshake v1 first"
+            return self._authenticate_response(version, ErrorCode.illegal_sasl_state, message), True
+        try:
+            reply = self._evaluate(token)
+        except SaslFailure as exc:
+            return self._authenticate_response(version, ErrorCode.sasl_authentication_failed, exc.client_message), True
+        return self._authenticate_response(version, ErrorCode.none, None, reply), False
+
+    @staticmethod
+    def _authenticate_response(version: int, code: ErrorCode, message: str | None, auth_bytes: bytes = b"") -> Any:
+        cls = response_class(SASL_AUTHENTICATE, version)
+        if version >= 1:
+            return cls(error_code=code, error_message=message, auth_bytes=auth_bytes, session_lifetime=_NO_LIFETIME)
+        return cls(error_code=code, error_message=message, auth_bytes=auth_bytes)
+
+    # -- shared ---------------------------------------------------------------------
+
+    def _evaluate(self, token: bytes) -> bytes:
+        """Run the mechanism; on completion build the principal.  Raises SaslFailure (state FAILED)."""
+        server = self._server
+        assert server is not None
+        try:
+            reply = server.evaluate(token)
+            if server.complete:
+                self._principal = self._build_principal(server)
+                self.state = SaslState.COMPLETE
+                if self._failures is not None:
+                    self._failures.forget(self._base.client_address)
+        except SaslFailure as exc:
+            self._set_failed(exc.reason)
+            raise
+        return reply
+
+    def _build_principal(self, server: PlainServer | ScramServer) -> KafkaPrincipal:
+        context = SaslAuthenticationContext.from_base(
+            self._base, mechanism=server.mechanism, authorization_id=server.authorization_id or "")
+        try:
+            return self._builder.build(context)
+        except Exception as exc:
+            raise SaslFailure(
+                "Authentication failed: no principal could be built for this user",
+                f"principal builder failed: {exc!r}",
+            ) from exc
+
+    def _set_failed(self, reason: str, *, record: bool = True) -> None:
+        self.state = SaslState.FAILED
+        self.failure_reason = reason
+        self._server = None
+        log.info(
+            "SASL authentication failed: %s", reason,
+            extra={"kgw": {"listener": self.listener_name, "client": self._base.client_address,
+                           "mechanism": self.mechanism}},
+        )
+        if record and self._failures is not None:
+            self._failures.record_failure(
+                self._base.client_address, listener=self.listener_name, mechanism=self.mechanism or "unknown")
