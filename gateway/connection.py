@@ -41,7 +41,10 @@ import struct
 from collections import deque
 from typing import TYPE_CHECKING
 
+from datetime import timedelta
+
 import trio
+from kio.schema.errors import ErrorCode
 
 from authz.authorizer import AuthorizableRequestContext, AuthorizerNotReadyError
 from authz.principal import ANONYMOUS
@@ -49,10 +52,12 @@ from protocol.apis.api_versions import build_response as build_api_versions
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RefuseRequest, RequestInfo
 from protocol.auth_helper import AuthHelper
 from protocol.apis.registry import REGISTRY
-from protocol.codecs import CodecError
+from protocol.codecs import CodecError, decode_request, encode, make, response_class
 from protocol.framing import NEED_DATA, FrameDecoder, FrameError
 from protocol.headers import HeaderError, RequestHeader, parse_request_header, read_uvarint, response_header
+from gateway.authentication import AuthenticationFailed
 from gateway.logs import fields
+from gateway.sasl import SaslStateError
 from gateway.upstream import UpstreamUnavailable, open_upstream
 
 if TYPE_CHECKING:
@@ -75,7 +80,7 @@ async def _receive(stream: trio.SocketStream, decoder: FrameDecoder) -> bytes | 
     response is copied once, from the kernel, instead of chunk by chunk.
     """
     space = decoder.partial_space()
-    if space is not None and len(space) >= _RECV_INTO_MIN:
+    if space is not None and len(space) >= _RECV_INTO_MIN and isinstance(stream, trio.SocketStream):
         try:
             n = await stream.socket.recv_into(space)
         except OSError as e:
@@ -86,6 +91,16 @@ async def _receive(stream: trio.SocketStream, decoder: FrameDecoder) -> bytes | 
     if data:
         decoder.receive_data(data)
     return data
+
+
+_SASL_KEYS = frozenset({17, 36})
+
+
+def _not_a_sasl_listener(header: RequestHeader):
+    """Kafka answers SASL requests on a non-SASL listener with ILLEGAL_SASL_STATE (34)."""
+    cls = response_class(header.api_key, header.api_version)
+    return make(cls, error_code=ErrorCode.illegal_sasl_state, error_message="SASL is not enabled on this listener",
+                mechanisms=(), auth_bytes=b"", session_lifetime=timedelta(0))
 
 
 class CloseConnection(Exception):
@@ -118,6 +133,7 @@ class ClientConnection:
         self.client_id: str | None = None
         self.client_address = ipaddress.ip_address(peer[0])
         self.principal = ANONYMOUS  # replaced by authentication on TLS/SASL listeners
+        self.auth = None  # ConnectionAuth, set when the connection starts
         self._pending: deque[_Slot] = deque()
         self._in_flight: deque[_Slot] = deque()  # forwarded, awaiting the upstream
         self._sending = False
@@ -132,6 +148,12 @@ class ClientConnection:
 
     # ------------------------------------------------------------------ entry
     async def run(self) -> None:
+        try:
+            self.stream, self.auth = await self.listener.security.accept(self.stream, self.peer[0])
+        except AuthenticationFailed:
+            return  # logged and counted by the listener's security
+        if self.auth.principal is not None:
+            self.principal = self.auth.principal
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -183,6 +205,10 @@ class ClientConnection:
 
     async def _on_request(self, frame: memoryview, to_upstream: list[memoryview]) -> None:
         body = frame[4:]
+        session = self.auth.session
+        if session is not None and session.expects_raw_token:
+            await self._raw_sasl_token(session, bytes(body))
+            return
         try:
             header = parse_request_header(body)
         except HeaderError as e:
@@ -192,6 +218,14 @@ class ClientConnection:
         if spec is None:
             raise CloseConnection(f"unknown api key {header.api_key}", "unknown_api")
         self._metrics.request(self._listener_name, spec.name).inc()
+        if session is not None and not session.authenticated:
+            try:
+                session.gate(header.api_key)
+            except SaslStateError as e:
+                raise CloseConnection(f"request before SASL authentication completed: {e}", "unauthenticated") from None
+        if header.api_key in _SASL_KEYS:
+            await self._sasl(session, header, spec, body)
+            return
         if header.api_key == 18:
             # ApiVersions is answered even for versions kgw does not know (KIP-511).
             await self._answer_api_versions(header, spec)
@@ -232,6 +266,38 @@ class ClientConnection:
             head = body[: header.size]
             frame = memoryview(_I32.pack(len(head) + len(decision.request)) + bytes(head) + decision.request)
         await self._forward(header, spec, info, frame, to_upstream, decision.merge)
+
+    async def _sasl(self, session, header: RequestHeader, spec: ApiSpec, body: memoryview) -> None:
+        """SaslHandshake / SaslAuthenticate: answered by kgw, never forwarded upstream."""
+        try:
+            request = decode_request(header.api_key, header.api_version, body, header.size)
+        except CodecError as e:
+            raise CloseConnection(f"malformed {spec.name} request: {e}", "decode") from None
+        if session is None:
+            response, close = _not_a_sasl_listener(header), False
+        elif session.mechanism == "PLAIN" or getattr(request, "mechanism", None) == "PLAIN":
+            # PLAIN verifies a stretched password hash: keep it off the event loop.
+            response, close = await trio.to_thread.run_sync(session.handle, header.api_key, header.api_version, request)
+        else:
+            response, close = session.handle(header.api_key, header.api_version, request)
+        await self._answer_locally(header, spec, encode(response))
+        if session is not None and session.authenticated and self.principal is ANONYMOUS:
+            self.principal = session.principal
+            log.info("authenticated as %s with %s", self.principal, session.mechanism, extra=self._fields(header))
+        if close:
+            raise CloseConnection(f"SASL authentication failed: {session.failure_reason}", "authentication")
+
+    async def _raw_sasl_token(self, session, token: bytes) -> None:
+        """A bare SASL token after SaslHandshake v0; the reply is a bare frame."""
+        reply, close = await trio.to_thread.run_sync(session.handle_raw_token, token)
+        if reply is None or close:
+            raise CloseConnection(f"SASL authentication failed: {session.failure_reason}", "authentication")
+        slot = _Slot(None, None)
+        slot.data = _I32.pack(len(reply)) + reply
+        self._pending.append(slot)
+        await self._flush()
+        if session.authenticated:
+            self.principal = session.principal
 
     def _auth_helper(self, header: RequestHeader) -> AuthHelper:
         authorizer = self.gw.authorizer

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from gateway.connection import ClientConnection
+from gateway.authentication import ListenerSecurity
 from gateway.logs import fields
 from gateway.routing import ListenerNodeMap, node_bind_port
 
@@ -58,6 +59,7 @@ class Listener:
         self.name: str = config.name
         self.security_protocol: str = str(config.security_protocol)
         self.node_map = ListenerNodeMap(self)
+        self.security = ListenerSecurity(self, gateway.config.users, gateway.auth_failures)
         self.bound_port: int | None = None
         self._node_ports: dict[int, int] = {}
         self._nursery: trio.Nursery | None = None

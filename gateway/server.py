@@ -20,6 +20,7 @@ from authz.loader import load_authorizer
 from authz.metadata_image import MetadataImage
 from authz.metadata_log import DirectoryMetadataStore
 from gateway.admin_http import serve_admin
+from gateway.auth_failures import AuthFailureTracker
 from gateway.listeners import Listener
 from gateway.metrics import GatewayMetrics
 from gateway.upstream import UpstreamCluster
@@ -44,6 +45,7 @@ class Gateway:
         up = config.upstream
         self.cluster = UpstreamCluster(up.bootstrap_servers, up.connect_timeout_ms / 1000, up.request_timeout_ms / 1000)
         self.authorizer = self._make_authorizer(config)
+        self.auth_failures = AuthFailureTracker(self.metrics.registry)
         self.image: MetadataImage | None = None
         self.listeners = [Listener(self, lc) for lc in config.listeners]
         self._ready: dict[str, bool] = {lc.name: False for lc in config.listeners}

@@ -39,7 +39,7 @@ _BROKER_INTERNAL = frozenset(
 )
 
 #: APIs kgw answers itself.
-LOCAL_KEYS = frozenset({18}) | acls.LOCAL_KEYS
+LOCAL_KEYS = frozenset({17, 18, 36}) | acls.LOCAL_KEYS  # ApiVersions, SASL, ACLs
 
 
 #: API family modules; a family may add enforcement to an API another module rewrites.

@@ -1,0 +1,116 @@
+"""Client authentication on a listener: TLS, SASL, and the principal that reaches the authorizer.
+
+Theory of operation
+-------------------
+Each :class:`~gateway.listeners.Listener` owns one :class:`ListenerSecurity`
+built from its YAML: the TLS context (SSL, SASL_SSL), the principal builder
+(Kafka's default or a class named in YAML), and the credential store (SASL).
+For every accepted connection :meth:`ListenerSecurity.accept` runs, inside that
+connection's own task so a slow handshake delays nobody else:
+
+* TLS listeners do the handshake (with a deadline) and keep the client
+  certificate;
+* PLAINTEXT and SSL connections get their principal at once from the builder
+  (``User:ANONYMOUS``, or the certificate's mapped DN);
+* SASL connections get a :class:`ConnectionAuth` holding a
+  :class:`~gateway.sasl.SaslSession`; until it completes only ApiVersions,
+  SaslHandshake and SaslAuthenticate are accepted (``gate``), and the principal
+  is the exact object the builder returns (KIP-111: custom fields survive).
+
+Failures are logged once with the client address, counted per address
+(:class:`~gateway.auth_failures.AuthFailureTracker`) and close only that
+connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from authz.principal import ANONYMOUS, KafkaPrincipal
+from authz.principal_builder import (
+    PlaintextAuthenticationContext,
+    PrincipalBuildError,
+    SslAuthenticationContext,
+    load_principal_builder,
+)
+from gateway.auth_failures import AuthenticationFailed, AuthFailureTracker
+from gateway.sasl import CredentialStore, SaslSession
+from gateway.tls import peer_certificate, server_ssl_context, tls_handshake
+
+if TYPE_CHECKING:
+    from gateway.listeners import Listener
+
+__all__ = ["ConnectionAuth", "ListenerSecurity", "AuthenticationFailed"]
+
+log = logging.getLogger("kgw.authentication")
+_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class ConnectionAuth:
+    """Who is on a connection: the principal once known, and the SASL session if any."""
+
+    __slots__ = ("principal", "session")
+
+    def __init__(self, principal: KafkaPrincipal | None, session: SaslSession | None) -> None:
+        self.principal = principal
+        self.session = session
+
+    @property
+    def authenticated(self) -> bool:
+        return self.session is None or self.session.authenticated
+
+
+class ListenerSecurity:
+    def __init__(self, listener: "Listener", users: Any, failures: AuthFailureTracker) -> None:
+        cfg = listener.config
+        protocol = str(cfg.security_protocol)
+        self.listener_name = cfg.name
+        self.protocol = protocol
+        self.uses_tls = protocol in ("SSL", "SASL_SSL")
+        self.uses_sasl = protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        self.ssl_context = server_ssl_context(cfg.tls) if self.uses_tls else None
+        rules = cfg.tls.principal_mapping_rules if cfg.tls is not None else "DEFAULT"
+        self.builder = load_principal_builder(
+            cfg.principal_builder,
+            {"ssl.principal.mapping.rules": rules, "listener.name": cfg.name, "security.protocol": protocol},
+        )
+        self.credentials = CredentialStore.of(users) if self.uses_sasl else None
+        self.failures = failures
+        self._config = cfg
+
+    async def accept(self, stream: trio.abc.Stream, client_address: str) -> tuple[trio.abc.Stream, ConnectionAuth]:
+        """TLS handshake if needed, then the principal or a SASL session.
+
+        :raises AuthenticationFailed: the connection must be closed (already logged and counted).
+        """
+        cert = None
+        if self.ssl_context is not None:
+            try:
+                stream, der = await tls_handshake(stream, self.ssl_context, _HANDSHAKE_TIMEOUT_S)
+            except AuthenticationFailed as e:
+                self._failed(client_address, "SSL", str(e))
+                raise
+            cert = peer_certificate(der)
+            base = SslAuthenticationContext(client_address=client_address, listener_name=self.listener_name,
+                                            security_protocol=self.protocol, peer_certificate=cert)
+        else:
+            base = PlaintextAuthenticationContext(client_address=client_address, listener_name=self.listener_name,
+                                                  security_protocol=self.protocol)
+        if self.uses_sasl:
+            session = SaslSession(self._config, self.credentials, self.builder, base, failures=self.failures)
+            return stream, ConnectionAuth(None, session)
+        if self.protocol == "PLAINTEXT" and self._config.principal_builder is None:
+            return stream, ConnectionAuth(ANONYMOUS, None)
+        try:
+            return stream, ConnectionAuth(self.builder.build(base), None)
+        except PrincipalBuildError as e:
+            self._failed(client_address, self.protocol, f"no principal for the client: {e}")
+            raise AuthenticationFailed(str(e)) from None
+
+    def _failed(self, client_address: str, mechanism: str, reason: str) -> None:
+        count = self.failures.record_failure(client_address, listener=self.listener_name, mechanism=mechanism)
+        log.info("authentication failed on listener %s from %s: %s (failure %d from this address)",
+                 self.listener_name, client_address, reason, count)
