@@ -72,7 +72,7 @@ def cmd_run(args) -> int:
     except ConfigError as e:
         print(f"kgw: invalid configuration:\n{e}", file=sys.stderr)
         return 2
-    configure_logging(config.logging.level, config.logging.format)
+    configure_logging(config.logging.level, config.logging.format, config.audit.log_level)
     trio.run(_run_until_signal, lambda: _serve(config))
     return 0
 

@@ -45,9 +45,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
+def configure_logging(level: str = "INFO", fmt: str = "text", audit_level: str = "INFO") -> None:
+    """Log to stderr; the audit logger ``kgw.authorizer`` gets its own level
+    (``OFF`` silences it), as Kafka's ``kafka.authorizer.logger`` does."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    set_audit_level(audit_level)
+
+
+def set_audit_level(level: str) -> None:
+    audit = logging.getLogger("kgw.authorizer")
+    audit.setLevel(logging.CRITICAL + 1 if level.upper() == "OFF" else level.upper())
