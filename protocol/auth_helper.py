@@ -32,6 +32,7 @@ from authz.acl import (
     authorized_operations_bitfield,
 )
 from authz.authorizer import Action, AuthorizableRequestContext, AuthorizationResult, Authorizer
+from protocol.topic_ids import LEARNED
 
 __all__ = ["AuthHelper"]
 
@@ -86,6 +87,11 @@ class AuthHelper:
         actions = [Action(pattern, op, 1, False, False) for op in supported]
         results = self.authorizer.authorize(self.context, actions)
         return authorized_operations_bitfield(op for op, r in zip(supported, results) if r is _ALLOWED)
+
+    @staticmethod
+    def topic_name(topic_id) -> str | None:
+        """The name of a topic id learned from upstream responses, or None."""
+        return LEARNED.name_of(topic_id)
 
     def by_resource_type(self, op: AclOperation, resource_type: ResourceType) -> bool:
         if self.authorizer is None:

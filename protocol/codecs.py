@@ -12,6 +12,8 @@ stay opaque: kio reads a ``records`` field as bytes, and the hot-path modules
 from __future__ import annotations
 
 import io
+import types
+import typing
 from functools import lru_cache
 
 from kio.index import load_request_schema, load_response_schema
@@ -73,10 +75,16 @@ def encode(entity: object) -> bytes:
 
 
 def nested(cls: type, field_name: str) -> type:
-    """The entity class of a (tuple-of-)entity field: ``nested(ProduceResponse, "responses")``."""
-    tp = cls.__dataclass_fields__[field_name].type
-    args = getattr(tp, "__args__", None)
-    return args[0] if args else tp
+    """The entity class of a (tuple-of-, optional) entity field: ``nested(ProduceResponse, "responses")``."""
+    tp = typing.get_type_hints(cls)[field_name]
+    while True:
+        origin = typing.get_origin(tp)
+        if origin in (typing.Union, types.UnionType):
+            tp = next(a for a in typing.get_args(tp) if a is not type(None))
+        elif origin is tuple:
+            tp = typing.get_args(tp)[0]
+        else:
+            return tp
 
 
 def has_field(cls: type, field_name: str) -> bool:

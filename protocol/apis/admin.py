@@ -1,3 +1,264 @@
-"""Enforcement for the admin API family (filled in by the authorization work)."""
+"""Admin and security APIs that name no topic, group or transaction (fact sheet §1.2).
 
-SPECS = ()
+Theory of operation
+-------------------
+Each request is decoded whole and checked through
+:class:`~protocol.auth_helper.AuthHelper`; a denial is answered by kgw with the
+request's own error-response shape (Kafka's ``getErrorResponse`` or the
+handler's explicit response), and nothing is forwarded:
+
+=======================================  ==================================  =====================================
+API                                      check                               denied
+=======================================  ==================================  =====================================
+DescribeClientQuotas (48)                CLUSTER:DESCRIBE_CONFIGS            top-level 31, no message, entries null
+AlterClientQuotas (49)                   CLUSTER:ALTER_CONFIGS               31 + default text on every entry
+DescribeUserScramCredentials (50)        CLUSTER:DESCRIBE                    top-level 31 + 31 per requested user
+AlterUserScramCredentials (51)           CLUSTER:ALTER                       31 per distinct user, sorted
+DescribeQuorum (55)                      CLUSTER:DESCRIBE                    top-level 31 + default text
+UpdateFeatures (57)                      CLUSTER:ALTER                       top-level 31 + text, no results
+ListConfigResources (74)                 CLUSTER:DESCRIBE_CONFIGS            top-level 31
+=======================================  ==================================  =====================================
+
+Delegation tokens (38-41) first refuse, with DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+(64), token-authenticated principals, PLAINTEXT listeners and ANONYMOUS on SSL
+(Kafka's ``allowTokenRequests``).  CreateDelegationToken for another owner needs
+USER:CREATE_TOKENS on ``Type:Name`` of the owner (65); renewers must be of type
+``User`` (67).  DescribeDelegationToken filters the answer: a token stays when
+the caller owns, requested or renews it, else when DELEGATION_TOKEN:DESCRIBE on
+its id or USER:DESCRIBE_TOKENS on its owner is allowed (Kafka's ``filterToken``).
+
+SaslHandshake (17), SaslAuthenticate (36), GetTelemetrySubscriptions (71) and
+PushTelemetry (72) have no authorization check: they are forwarded.
+
+Messages: where Kafka throws ``ClusterAuthorizationException("Request … is not
+authorized.")`` (a text naming the broker's request object), kgw uses the
+error's default text, "Cluster authorization failed.".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta, timezone
+
+from kio.schema.errors import ErrorCode
+
+from authz.acl import AclOperation, ResourceType
+from authz.principal import USER_TYPE
+from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
+from protocol.apis.generic import inspect_decoded
+from protocol.auth_helper import AuthHelper
+from protocol.codecs import decode_response, encode, make, nested, response_class
+from protocol.errors import CLUSTER_AUTHORIZATION_FAILED, DELEGATION_TOKEN_AUTHORIZATION_FAILED, UNKNOWN_SERVER_ERROR
+from protocol.headers import RequestHeader
+
+__all__ = ["SPECS", "allow_token_requests"]
+
+DELEGATION_TOKEN_REQUEST_NOT_ALLOWED = 64
+INVALID_PRINCIPAL_TYPE = 67
+
+_T = ResourceType
+_Op = AclOperation
+_ZERO = timedelta(0)
+_CLUSTER_DENIED = "Cluster authorization failed."
+#: Kafka's ErrorTimestamp / "no timestamp" (-1 ms) as the datetime kio writes as -1
+_NO_TIME = datetime.fromtimestamp(-0.001, tz=timezone.utc)
+
+
+def _ec(code: int) -> ErrorCode:
+    return ErrorCode(code)
+
+
+def _forward(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
+    """No authorization at this layer (SASL is handled before the registry; telemetry has no ACL)."""
+    return FORWARD
+
+
+# --------------------------------------------------------------------------- cluster-resource checks
+
+
+def _cluster_check(op: AclOperation, error_body):
+    """An enforcer: ``op`` on the cluster, else ``error_body(version, request)``."""
+
+    def enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
+        if not auth.enabled or auth.cluster(op):
+            return FORWARD
+        return Decision(respond=error_body(header.api_version, info.decoded))
+
+    return enforce
+
+
+def _describe_client_quotas_error(version: int, request) -> bytes:
+    cls = response_class(48, version)
+    return encode(make(cls, throttle_time=_ZERO, error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), error_message=None,
+                       entries=None))
+
+
+def _alter_client_quotas_error(version: int, request) -> bytes:
+    cls = response_class(49, version)
+    entry_cls = nested(cls, "entries")
+    entity_cls = nested(entry_cls, "entity")
+    entries = tuple(
+        entry_cls(error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), error_message=_CLUSTER_DENIED,
+                  entity=tuple(entity_cls(entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity))
+        for entry in request.entries)
+    return encode(make(cls, throttle_time=_ZERO, entries=entries))
+
+
+def _describe_scram_error(version: int, request) -> bytes:
+    # Kafka's getErrorResponse: one result per requested user, with the user name left empty.
+    cls = response_class(50, version)
+    result_cls = nested(cls, "results")
+    results = tuple(
+        make(result_cls, user="", error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), error_message=None, credential_infos=())
+        for _ in (request.users or ()))
+    return encode(make(cls, throttle_time=_ZERO, error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), error_message=None,
+                       results=results))
+
+
+def _alter_scram_error(version: int, request) -> bytes:
+    cls = response_class(51, version)
+    result_cls = nested(cls, "results")
+    users = sorted({d.name for d in request.deletions} | {u.name for u in request.upsertions})
+    results = tuple(result_cls(user=u, error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), error_message=_CLUSTER_DENIED)
+                    for u in users)
+    return encode(make(cls, throttle_time=_ZERO, results=results))
+
+
+def _describe_quorum_error(version: int, request) -> bytes:
+    cls = response_class(55, version)
+    return encode(make(cls, error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), error_message=_CLUSTER_DENIED, topics=(),
+                       nodes=()))
+
+
+def _update_features_error(version: int, request) -> bytes:
+    cls = response_class(57, version)
+    return encode(make(cls, throttle_time=_ZERO, error_code=_ec(CLUSTER_AUTHORIZATION_FAILED),
+                       error_message=_CLUSTER_DENIED, results=()))
+
+
+def _list_config_resources_error(version: int, request) -> bytes:
+    cls = response_class(74, version)
+    return encode(make(cls, throttle_time=_ZERO, error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), config_resources=(),
+                       client_metrics_resources=()))
+
+
+# --------------------------------------------------------------------------- delegation tokens (38-41)
+
+
+def allow_token_requests(auth: AuthHelper) -> bool:
+    """Kafka's ``allowTokenRequests``: no token APIs for token-authenticated principals,
+    on PLAINTEXT listeners, or for ANONYMOUS on one-way SSL."""
+    ctx = auth.context
+    principal = ctx.principal
+    if getattr(principal, "token_authenticated", False):
+        return False
+    protocol = str(ctx.security_protocol).upper()
+    if protocol == "PLAINTEXT":
+        return False
+    if protocol == "SSL" and principal.principal_type == USER_TYPE and principal.name == "ANONYMOUS":
+        return False
+    return True
+
+
+def _create_token_response(version: int, code: int, owner: tuple[str, str], requester: tuple[str, str]) -> bytes:
+    """``CreateDelegationTokenResponse.prepareResponse`` with no token."""
+    cls = response_class(38, version)
+    return encode(make(cls, throttle_time=_ZERO, error_code=_ec(code), principal_type=owner[0],
+                       principal_name=owner[1], token_requester_principal_type=requester[0],
+                       token_requester_principal_name=requester[1], issue_timestamp=_NO_TIME,
+                       expiry_timestamp=_NO_TIME, max_timestamp=_NO_TIME, token_id="", hmac=b""))
+
+
+def _enforce_create_token(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
+    if not auth.enabled:
+        return FORWARD
+    request = info.decoded
+    version = header.api_version
+    principal = auth.context.principal
+    requester = (principal.principal_type, principal.name)
+    owner_name = getattr(request, "owner_principal_name", None)
+    if not owner_name:
+        owner = requester
+    else:
+        owner_type = getattr(request, "owner_principal_type", None)
+        if owner_type is None:  # Kafka's KafkaPrincipal constructor throws: UNKNOWN_SERVER_ERROR
+            return Decision(respond=_create_token_response(version, UNKNOWN_SERVER_ERROR, ("User", "ANONYMOUS"),
+                                                           ("User", "ANONYMOUS")))
+        owner = (owner_type, owner_name)
+    if not allow_token_requests(auth):
+        return Decision(respond=_create_token_response(version, DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, owner, requester))
+    if owner != requester and not auth.allowed(_T.USER, f"{owner[0]}:{owner[1]}", _Op.CREATE_TOKENS):
+        return Decision(respond=_create_token_response(version, DELEGATION_TOKEN_AUTHORIZATION_FAILED, owner, requester))
+    if any(r.principal_type != USER_TYPE for r in request.renewers):
+        return Decision(respond=_create_token_response(version, INVALID_PRINCIPAL_TYPE, owner, requester))
+    return FORWARD
+
+
+def _renew_or_expire(api_key: int):
+    def enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
+        if not auth.enabled or allow_token_requests(auth):
+            return FORWARD
+        cls = response_class(api_key, header.api_version)
+        return Decision(respond=encode(make(cls, throttle_time=_ZERO, error_code=_ec(DELEGATION_TOKEN_REQUEST_NOT_ALLOWED),
+                                            expiry_timestamp=_NO_TIME)))
+
+    return enforce
+
+
+def _enforce_describe_tokens(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
+    if not auth.enabled:
+        return FORWARD
+    version = header.api_version
+    if not allow_token_requests(auth):
+        cls = response_class(41, version)
+        return Decision(respond=encode(make(cls, throttle_time=_ZERO,
+                                            error_code=_ec(DELEGATION_TOKEN_REQUEST_NOT_ALLOWED), tokens=())))
+    owners = info.decoded.owners
+    wanted = None if owners is None else [(o.principal_type, o.principal_name) for o in owners]
+    principal = auth.context.principal
+    me = (principal.principal_type, principal.name)
+
+    def eligible(token) -> bool:
+        people = {(token.principal_type, token.principal_name)}
+        requester_type = getattr(token, "token_requester_principal_type", None)
+        if requester_type is not None:
+            people.add((requester_type, token.token_requester_principal_name))
+        people.update((r.principal_type, r.principal_name) for r in token.renewers)
+        if wanted is not None and not any(o in people for o in wanted):
+            return False
+        if me in people:
+            return True
+        return (auth.allowed(_T.DELEGATION_TOKEN, token.token_id, _Op.DESCRIBE)
+                or auth.allowed(_T.USER, f"{token.principal_type}:{token.principal_name}", _Op.DESCRIBE_TOKENS))
+
+    def merge(buf, off: int) -> bytes:
+        response = decode_response(41, version, buf, off)
+        kept = tuple(t for t in response.tokens if eligible(t))
+        if len(kept) == len(response.tokens):
+            return bytes(buf[off:])
+        return encode(dataclasses.replace(response, tokens=kept))
+
+    return Decision(merge=merge)
+
+
+SPECS = (
+    ApiSpec(17, "SaslHandshake", inspect_decoded, enforce=_forward),
+    ApiSpec(36, "SaslAuthenticate", inspect_decoded, enforce=_forward),
+    ApiSpec(38, "CreateDelegationToken", inspect_decoded, enforce=_enforce_create_token),
+    ApiSpec(39, "RenewDelegationToken", inspect_decoded, enforce=_renew_or_expire(39)),
+    ApiSpec(40, "ExpireDelegationToken", inspect_decoded, enforce=_renew_or_expire(40)),
+    ApiSpec(41, "DescribeDelegationToken", inspect_decoded, enforce=_enforce_describe_tokens),
+    ApiSpec(48, "DescribeClientQuotas", inspect_decoded,
+            enforce=_cluster_check(_Op.DESCRIBE_CONFIGS, _describe_client_quotas_error)),
+    ApiSpec(49, "AlterClientQuotas", inspect_decoded,
+            enforce=_cluster_check(_Op.ALTER_CONFIGS, _alter_client_quotas_error)),
+    ApiSpec(50, "DescribeUserScramCredentials", inspect_decoded,
+            enforce=_cluster_check(_Op.DESCRIBE, _describe_scram_error)),
+    ApiSpec(51, "AlterUserScramCredentials", inspect_decoded, enforce=_cluster_check(_Op.ALTER, _alter_scram_error)),
+    ApiSpec(55, "DescribeQuorum", inspect_decoded, enforce=_cluster_check(_Op.DESCRIBE, _describe_quorum_error)),
+    ApiSpec(57, "UpdateFeatures", inspect_decoded, enforce=_cluster_check(_Op.ALTER, _update_features_error)),
+    ApiSpec(71, "GetTelemetrySubscriptions", inspect_decoded, enforce=_forward),
+    ApiSpec(72, "PushTelemetry", inspect_decoded, enforce=_forward),
+    ApiSpec(74, "ListConfigResources", inspect_decoded,
+            enforce=_cluster_check(_Op.DESCRIBE_CONFIGS, _list_config_resources_error)),
+)

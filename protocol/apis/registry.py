@@ -31,7 +31,7 @@ _BROKER_INTERNAL = frozenset(
     {
         4, 5, 6, 7,  # LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown (pre-KRaft)
         27,  # WriteTxnMarkers
-        52, 53, 54, 55, 56, 58, 59,  # Vote, Begin/EndQuorumEpoch, DescribeQuorum, AlterPartition, Envelope, FetchSnapshot
+        52, 53, 54, 56, 58, 59,  # Vote, Begin/EndQuorumEpoch, AlterPartition, Envelope, FetchSnapshot
         62, 63, 64, 67, 70, 73,  # BrokerRegistration, BrokerHeartbeat, UnregisterBroker, AllocateProducerIds, ControllerRegistration, AssignReplicasToDirs
         80, 81, 82,  # Add/Remove/UpdateRaftVoter
         83, 84, 85, 86, 87,  # share-group state RPCs
@@ -50,6 +50,8 @@ def _merge(base: ApiSpec | None, spec: ApiSpec) -> ApiSpec:
     """Combine two specs of one API: the newer one's non-default parts win."""
     if base is None:
         return spec
+    if base.enforce is not None and spec.enforce is not None:
+        raise RuntimeError(f"two modules enforce API {spec.api_key} ({base.name})")
     return replace(
         base,
         name=spec.name,
