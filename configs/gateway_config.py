@@ -306,6 +306,19 @@ class AuthorizerConfig:
 
 
 @_model
+class AlterConfigsPolicyConfig:
+    """Alter-configs policies (KIP-133): a plug-in and/or declarative rules."""
+
+    class_name: str | None = None
+    """Import path "pkg.mod:Class" of a policy with validate(request_metadata); None = none."""
+    config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """Handed to the plug-in's configure()."""
+    rules: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """Per resource type (topic, broker, group, ...): allowed_keys, denied_keys, bounds {k: {min, max}},
+    patterns {k: regex}."""
+
+
+@_model
 class MetadataConfig:
     """The local metadata log (ACLs, dynamic configs)."""
 
@@ -434,6 +447,8 @@ class GatewayConfig:
     """Authorization audit log."""
     logging: LoggingConfig = LoggingConfig()
     """Process logging."""
+    alter_configs_policy: AlterConfigsPolicyConfig = AlterConfigsPolicyConfig()
+    """Policies applied to AlterConfigs / IncrementalAlterConfigs (KIP-133)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain YAML/JSON-able values (for describe-configs); secrets show as "[hidden]"."""
@@ -875,6 +890,25 @@ def _authorizer(ctx: _Ctx, r: _Reader) -> AuthorizerConfig:
     return authorizer
 
 
+def _policy_rules(ctx: _Ctx, path: str, v: Any) -> Mapping[str, Any]:
+    from configs.policies import PolicyLoadError, parse_rules
+
+    try:
+        parse_rules(v, path)
+    except PolicyLoadError as e:
+        raise _Invalid(str(e).replace("\n", "; ")) from None
+    return MappingProxyType(dict(v))
+
+
+@_section(AlterConfigsPolicyConfig)
+def _alter_configs_policy(ctx: _Ctx, r: _Reader) -> AlterConfigsPolicyConfig:
+    return AlterConfigsPolicyConfig(
+        class_name=r("class_name", _IMPORT_PATH, None),
+        config=r("config", _config_map, MappingProxyType({})),
+        rules=r("rules", _policy_rules, MappingProxyType({})),
+    )
+
+
 @_section(MetadataConfig)
 def _metadata(ctx: _Ctx, r: _Reader) -> MetadataConfig:
     return MetadataConfig(
@@ -954,6 +988,7 @@ def _gateway(ctx: _Ctx, raw: Mapping[str, Any]) -> GatewayConfig:
         users=r.section("users", _users),
         audit=r.section("audit", _audit),
         logging=r.section("logging", _logging),
+        alter_configs_policy=r.section("alter_configs_policy", _alter_configs_policy),
     )
     _check_listeners(ctx, config.listeners or (), config.admin)
     return config

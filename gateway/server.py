@@ -21,6 +21,7 @@ from authz.metadata_image import MetadataImage
 from authz.metadata_log import DirectoryMetadataStore
 from gateway.admin_http import serve_admin
 from gateway.auth_failures import AuthFailureTracker
+from gateway.dynamic_config import DynamicConfigManager
 from gateway.listeners import Listener
 from gateway.metrics import GatewayMetrics
 from gateway.upstream import UpstreamCluster
@@ -48,6 +49,7 @@ class Gateway:
         self.auth_failures = AuthFailureTracker(self.metrics.registry)
         self.image: MetadataImage | None = None
         self.listeners = [Listener(self, lc) for lc in config.listeners]
+        self.dynamic_configs = DynamicConfigManager(self)
         self._ready: dict[str, bool] = {lc.name: False for lc in config.listeners}
         self._advertised: dict[int, VersionRange] | None = None
         self._advertised_for = None
@@ -101,6 +103,7 @@ class Gateway:
                     self.authorizer.monitor(self.metrics.registry)
                 ready_events = {e.listener_name: ev for e, ev in self.authorizer.start(self.server_info()).items()}
             await self.image.load()
+            await self.dynamic_configs.load()
             bound = {}
             for listener in self.listeners:
                 event = ready_events.get(listener.name)
