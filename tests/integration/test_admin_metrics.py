@@ -1,0 +1,53 @@
+"""The admin endpoint: /metrics carries gateway and authorizer metrics, /healthz and /readyz answer."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+pytestmark = pytest.mark.integration
+
+KGW = [str(Path(sys.executable).parent / "kgw")]
+
+
+def _get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.status, r.read().decode()
+
+
+def _value(metrics: str, name: str, **labels: str) -> float:
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = re.compile(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", re.M)
+    for m in pattern.finditer(metrics):
+        if all(f'{k}="{v}"' in (m.group(1) or "") for k, v in labels.items()):
+            return float(m.group(2))
+    raise AssertionError(f"{name}{{{wanted}}} not in /metrics")
+
+
+def test_metrics_count_requests_connections_and_authorizer_decisions(start_gateway, tmp_path, topic_name):
+    data_dir = tmp_path / "metrics" / "metadata"
+    for args in (["--cluster", "--operation", "DESCRIBE"], ["--topic", topic_name, "--operation", "DESCRIBE"]):
+        subprocess.run([*KGW, "acls", "add", "--data-dir", str(data_dir), "--principal", "User:ANONYMOUS", *args],
+                       check=True, capture_output=True)
+    gw = start_gateway({"authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer"}}, name="metrics")
+    admin = AdminClient({"bootstrap.servers": gw.bootstrap})
+    admin.list_topics(topic_name, timeout=20)  # one allowed DESCRIBE
+    admin.list_topics("not-allowed-" + topic_name, timeout=20)  # one denied DESCRIBE
+    status, text = _get(gw.admin_url + "/metrics")
+    assert status == 200
+    assert _value(text, "kgw_authorizer_acls_total_count") == 2
+    assert _value(text, "kgw_requests_total", listener="EXTERNAL", api="Metadata") >= 2
+    assert _value(text, "kgw_connections_total", listener="EXTERNAL") >= 1
+    assert _value(text, "kgw_bytes_in_total", listener="EXTERNAL") > 0
+    assert _value(text, "kgw_upstream_latency_seconds_count", api="Metadata") >= 1
+    assert _value(text, "kgw_authorizer_authorization_allowed_total", listener="EXTERNAL") >= 1
+    assert _value(text, "kgw_authorizer_authorization_denied_total", listener="EXTERNAL") >= 1
+    assert _get(gw.admin_url + "/healthz")[0] == 200
+    status, body = _get(gw.admin_url + "/readyz")
+    assert status == 200 and "EXTERNAL ready" in body
