@@ -53,6 +53,11 @@ if logging.getLevelName(TRACE) != "TRACE":
 
 audit_logger = logging.getLogger(AUDIT_LOGGER_NAME)
 
+#: Callables given every DEBUG/INFO-class decision's fields (the ``extra``
+#: dict below), whatever the logger's level; e.g. the audit topic publisher.
+sinks: list = []
+PUBLISH = 1  # a level below TRACE: the decision goes to the sinks only
+
 
 def _pascal(snake: str) -> str:
     return "".join(part.capitalize() for part in snake.split("_"))
@@ -79,7 +84,7 @@ class AuditLevels:
         self.info = info
         #: True when no allowed decision can be logged (the default INFO
         #: setup): lets the hot path skip ``level_for`` for allowed actions.
-        self.allowed_silent = not (trace or debug)
+        self.allowed_silent = not (trace or debug or sinks)
 
     @classmethod
     def current(cls) -> "AuditLevels":
@@ -90,9 +95,9 @@ class AuditLevels:
         """The level this decision is logged at, or 0 if that level is off."""
         if allowed:
             if action.log_if_allowed:
-                return logging.DEBUG if self.debug else 0
+                return logging.DEBUG if self.debug else (PUBLISH if sinks else 0)
         elif action.log_if_denied:
-            return logging.INFO if self.info else 0
+            return logging.INFO if self.info else (PUBLISH if sinks else 0)
         return TRACE if self.trace else 0
 
 
@@ -118,10 +123,7 @@ def log_decision(
     rule: object,
 ) -> None:
     """Write one audit line at ``level`` (already known to be enabled)."""
-    audit_logger.log(
-        level,
-        format_audit_line(principal_key, allowed, action, context, rule),
-        extra={
+    fields = {
             "kgw_principal": principal_key,
             "kgw_allowed": allowed,
             "kgw_operation": action.operation.name,
@@ -132,5 +134,9 @@ def log_decision(
             "kgw_correlation_id": context.correlation_id,
             "kgw_listener": context.listener_name,
             "kgw_rule": str(rule),
-        },
-    )
+    }
+    if level != TRACE:
+        for sink in sinks:
+            sink(fields)
+    if level != PUBLISH:
+        audit_logger.log(level, format_audit_line(principal_key, allowed, action, context, rule), extra=fields)

@@ -435,6 +435,20 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
                   "Level of the authorization audit logger kgw.authorizer (DEBUG shows allowed actions, INFO "
                   "denials, OFF nothing); dynamic.", "INFO", read_only=False, validator=_choice(*AUDIT_LEVELS),
                   source_path="audit.log_level"), config.audit.log_level)
+    audit = config.audit
+    for key, field_name, ctype, default, doc in (
+        ("audit.publish.enable", "publish", ConfigType.BOOLEAN, "false",
+         "Publish audit events as JSON to an upstream topic."),
+        ("audit.publish.topic", "topic", ConfigType.STRING, "kgw-audit", "Upstream topic of the audit events."),
+        ("audit.publish.partitions", "partitions", ConfigType.INT, "1",
+         "Partitions of the audit topic when kgw creates it."),
+        ("audit.publish.max.buffered", "max_buffered", ConfigType.INT, "10000",
+         "Events buffered before new ones are dropped (and counted)."),
+        ("audit.publish.batch.max.events", "batch_max_events", ConfigType.INT, "500",
+         "Events per Produce request at most."),
+        ("audit.publish.linger.ms", "linger_ms", ConfigType.INT, "200", "How long a batch waits for more events."),
+    ):
+        add(ConfigDef(key, ctype, doc, default, source_path=f"audit.{field_name}"), getattr(audit, field_name))
     add(ConfigDef(LOG_LEVEL_CONFIG, ConfigType.STRING, "Level of the process log (root logger); dynamic.", "INFO",
                   read_only=False, validator=_choice(*LOG_LEVELS), source_path="logging.level"),
         config.logging.level)

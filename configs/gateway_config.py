@@ -411,6 +411,18 @@ class AuditConfig:
 
     log_level: str = "INFO"
     """DEBUG, INFO, WARNING, ERROR or OFF."""
+    publish: bool = False
+    """Also publish every allowed/denied decision as JSON to `topic` on the upstream cluster."""
+    topic: str = "kgw-audit"
+    """Audit topic (created with `partitions` partitions if missing)."""
+    partitions: int = 1
+    """Partitions of the audit topic when kgw creates it."""
+    max_buffered: int = 10000
+    """Events held while the topic is slow or unreachable; beyond that they are dropped and counted."""
+    batch_max_events: int = 500
+    """Events per Produce request."""
+    linger_ms: int = 200
+    """How often buffered events are sent."""
 
 
 @_model
@@ -965,7 +977,15 @@ def _users(ctx: _Ctx, r: _Reader) -> UsersConfig:
 
 @_section(AuditConfig)
 def _audit(ctx: _Ctx, r: _Reader) -> AuditConfig:
-    return AuditConfig(log_level=r("log_level", _choice(*AUDIT_LEVELS), "INFO"))
+    return AuditConfig(
+        log_level=r("log_level", _choice(*AUDIT_LEVELS), "INFO"),
+        publish=r("publish", _bool, False),
+        topic=r("topic", _STR, "kgw-audit"),
+        partitions=r("partitions", _POSITIVE, 1),
+        max_buffered=r("max_buffered", _POSITIVE, 10000),
+        batch_max_events=r("batch_max_events", _POSITIVE, 500),
+        linger_ms=r("linger_ms", _POSITIVE, 200),
+    )
 
 
 @_section(LoggingConfig)

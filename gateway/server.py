@@ -88,6 +88,16 @@ class Gateway:
         cfg = self.config
         async with trio.open_nursery() as nursery:
             await nursery.start(self.cluster.refresh_forever, cfg.upstream.metadata_max_age_ms / 1000)
+            if cfg.audit.publish:
+                from authz import audit
+                from gateway.audit_publisher import AuditPublisher
+
+                publisher = AuditPublisher(
+                    cfg.audit.topic, max_buffered=cfg.audit.max_buffered,
+                    batch_max_events=cfg.audit.batch_max_events, linger_s=cfg.audit.linger_ms / 1000,
+                    partitions=cfg.audit.partitions, gateway_name=cfg.cluster_id, registry=self.metrics.registry)
+                audit.sinks.append(publisher.offer)
+                nursery.start_soon(publisher.run, self.cluster)
             admin = None
             if cfg.admin is not None:
                 port = await nursery.start(serve_admin, cfg.admin.host, cfg.admin.port, self.metrics.registry, self.readiness)

@@ -1,0 +1,179 @@
+"""gateway/audit_publisher.py against a scripted broker: batching, JSON records,
+bounded buffer with counted drops, and an unreachable / hanging upstream that
+never blocks ``offer``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import timedelta
+
+import trio
+from kio.records.readers import read_batch
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32
+from prometheus_client import generate_latest
+
+from gateway.audit_publisher import AuditLogHandler, AuditPublisher, audit_event, encode_batch
+from gateway.upstream import UpstreamCluster
+from protocol.codecs import decode_request, encode, response_class
+from tests.unit.gateway.fake_broker import NODE_ID, FakeBroker
+
+TOPIC = "kgw-audit"
+
+
+def fields(i: int = 0, allowed: bool = False) -> dict:
+    return {"kgw_principal": f"User:u{i % 2}", "kgw_allowed": allowed, "kgw_operation": "READ",
+            "kgw_host": "10.0.0.1", "kgw_resource": "Topic:LITERAL:orders:eu", "kgw_request": "Fetch",
+            "kgw_client_id": "c1", "kgw_correlation_id": i, "kgw_listener": "EXTERNAL",
+            "kgw_rule": "DefaultDeny"}
+
+
+class AuditBroker(FakeBroker):
+    """FakeBroker whose Metadata also lists the audit topic (2 partitions) and
+    which keeps every produced record value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.produced: list[tuple[int, dict, int]] = []  # (partition, event, record timestamp ms)
+        self.batches = 0
+
+    def _body(self, header, body) -> bytes:
+        if header.api_key == 3:
+            cls = response_class(3, header.api_version)
+            f = cls.__dataclass_fields__
+            broker_cls = f["brokers"].type.__args__[0]
+            topic_cls = f["topics"].type.__args__[0]
+            part_cls = topic_cls.__dataclass_fields__["partitions"].type.__args__[0]
+
+            def mk(c, **kw):
+                return c(**{k: v for k, v in kw.items() if k in c.__dataclass_fields__})
+
+            parts = tuple(mk(part_cls, error_code=ErrorCode.none, partition_index=i32(p), leader_id=i32(NODE_ID),
+                             leader_epoch=i32(0), replica_nodes=(i32(NODE_ID),), isr_nodes=(i32(NODE_ID),),
+                             offline_replicas=()) for p in (0, 1))
+            topic = mk(topic_cls, error_code=ErrorCode.none, name=TOPIC, topic_id=None, is_internal=False,
+                       partitions=parts, topic_authorized_operations=i32(-2147483648))
+            return encode(mk(cls, throttle_time=timedelta(0), cluster_id="fake", controller_id=i32(NODE_ID),
+                             brokers=(broker_cls(node_id=i32(NODE_ID), host="127.0.0.1", port=i32(self.port),
+                                                 rack=None),),
+                             topics=(topic,), cluster_authorized_operations=i32(-2147483648)))
+        if header.api_key == 0:
+            request = decode_request(0, header.api_version, body, header.size)
+            for t in request.topic_data:
+                assert t.name == TOPIC
+                for p in t.partition_data:
+                    batch, _size = read_batch(p.records, 0)
+                    self.batches += 1
+                    for rec in batch.records:  # (kio's reader drops the ms of record timestamps)
+                        self.produced.append((int(p.index), json.loads(rec.value), int(batch.base_timestamp)))
+        return super()._body(header, body)
+
+
+def test_event_json_fields():
+    event = audit_event(fields(7), 1735732800.123, "gw1")
+    assert event == {
+        "time": "2025-01-01T12:00:00.123Z", "ts_ms": 1735732800123, "principal": "User:u1", "allowed": False,
+        "decision": "DENIED", "operation": "READ", "resource": "Topic:LITERAL:orders:eu",
+        "resource_type": "Topic", "pattern_type": "LITERAL", "resource_name": "orders:eu",
+        "listener": "EXTERNAL", "client_address": "10.0.0.1", "api": "Fetch", "client_id": "c1",
+        "correlation_id": 7, "rule": "DefaultDeny", "gateway": "gw1"}
+
+
+def test_encode_batch_is_record_batch_v2_of_json():
+    raw = encode_batch([(1000.0 + i, fields(i, allowed=i % 2 == 0)) for i in range(3)])
+    batch, size = read_batch(raw, 0)
+    assert size == len(raw)
+    assert [json.loads(r.value)["correlation_id"] for r in batch.records] == [0, 1, 2]
+    assert [r.key for r in batch.records] == [b"User:u0", b"User:u1", b"User:u0"]
+    assert [int(r.timestamp.timestamp()) for r in batch.records] == [1000, 1001, 1002]
+
+
+def test_full_buffer_drops_and_counts():
+    pub = AuditPublisher(TOPIC, max_buffered=3)
+    assert [pub.offer(fields(i)) for i in range(5)] == [True, True, True, False, False]
+    assert pub.pending() == 3
+    text = generate_latest(pub.registry).decode()
+    assert 'kgw_audit_events_dropped_total{reason="buffer_full"} 2.0' in text
+    assert "kgw_audit_events_buffered 3.0" in text
+
+
+def test_log_handler_offers_structured_records():
+    pub = AuditPublisher(TOPIC)
+    logger = logging.getLogger("kgw.authorizer.test-handler")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    handler = AuditLogHandler(pub)
+    logger.addHandler(handler)
+    try:
+        logger.debug("allowed line", extra=fields(1, allowed=True))
+        logger.info("not an audit line")
+    finally:
+        logger.removeHandler(handler)
+    assert pub.pending() == 1
+
+
+async def test_batches_are_produced_as_json_records():
+    broker = AuditBroker()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.serve)
+        cluster = UpstreamCluster([f"127.0.0.1:{broker.port}"], 2, 2)
+        pub = AuditPublisher(TOPIC, batch_max_events=4, linger_s=0.01, gateway_name="gw")
+        await nursery.start(pub.run, cluster)
+        for i in range(10):
+            assert pub.offer(fields(i, allowed=i < 3))
+        with trio.fail_after(10):
+            while len(broker.produced) < 10:
+                await trio.sleep(0.02)
+        nursery.cancel_scope.cancel()
+    events = [e for _p, e, _ts in broker.produced]
+    assert [e["correlation_id"] for e in events] == list(range(10))
+    assert sum(e["allowed"] for e in events) == 3
+    assert broker.batches >= 3                       # 4 + 4 + 2 (more only if one was retried)
+    assert {p for p, _e, _ts in broker.produced} == {0, 1}  # batches rotate over partitions
+    # record timestamps (CreateTime) are the decision times: base timestamp = first event's
+    assert all(abs(ts - e["ts_ms"]) <= 1 for _p, e, ts in broker.produced if e["correlation_id"] % 4 == 0)
+    assert 'kgw_audit_events_published_total 10.0' in generate_latest(pub.registry).decode()
+
+
+async def test_unreachable_upstream_never_blocks_offer():
+    with trio.socket.socket() as s:           # a port nobody listens on
+        await s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cluster = UpstreamCluster([f"127.0.0.1:{port}"], 0.5, 0.5)
+    pub = AuditPublisher(TOPIC, max_buffered=100, linger_s=0.01, request_timeout_s=0.5,
+                         backoff_initial_s=0.01, backoff_max_s=0.05)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pub.run, cluster)
+        t0 = time.perf_counter()
+        results = [pub.offer(fields(i)) for i in range(10_000)]
+        elapsed = time.perf_counter() - t0
+        await trio.sleep(0.3)
+        nursery.cancel_scope.cancel()
+    assert elapsed < 1.0, f"offer() took {elapsed:.3f}s for 10000 events"
+    assert sum(results) <= 100 + 500
+    dropped = pub.registry.get_sample_value("kgw_audit_events_dropped_total", {"reason": "buffer_full"})
+    assert dropped == 10_000 - sum(results) and dropped >= 9_000
+    assert pub.registry.get_sample_value("kgw_audit_publish_errors_total") >= 1
+
+
+async def test_hanging_broker_times_out_and_retries():
+    broker = AuditBroker()
+    broker.hang.add(0)  # Produce never answered
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.serve)
+        cluster = UpstreamCluster([f"127.0.0.1:{broker.port}"], 1, 1)
+        pub = AuditPublisher(TOPIC, linger_s=0.01, request_timeout_s=0.3, backoff_initial_s=0.01,
+                             backoff_max_s=0.02)
+        await nursery.start(pub.run, cluster)
+        pub.offer(fields(1))
+        with trio.fail_after(10):
+            while pub.registry.get_sample_value("kgw_audit_publish_errors_total") < 2:
+                await trio.sleep(0.05)
+        broker.hang.discard(0)  # the broker recovers: the kept batch is delivered
+        with trio.fail_after(10):
+            while not broker.produced:
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    assert [e["correlation_id"] for _p, e, _ts in broker.produced][-1] == 1
