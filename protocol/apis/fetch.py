@@ -10,26 +10,103 @@ field by its length; if the tagged section is empty (the common case) the
 response passes untouched.  Otherwise the body is rebuilt as the untouched
 bytes up to the tagged section followed by a freshly encoded tagged section:
 the record slices are never decoded or re-encoded.
+
+Authorization (fact sheet §1.1, Fetch row; Kafka's ``KafkaApis.handleFetchRequest``)
+-------------------------------------------------------------------------------------
+* **Follower fetch** (``replica_id`` >= 0, from v15 on ``replica_state.replica_id``):
+  one check of CLUSTER:CLUSTER_ACTION.  Allowed: forwarded as is.  Denied:
+  kgw answers, every requested partition with TOPIC_AUTHORIZATION_FAILED (29,
+  not 31), unknown topic ids included, as Kafka does.
+* **Consumer fetch**: v13+ names topics by id.  An id the gateway cannot name
+  gets UNKNOWN_TOPIC_ID (100) *before* authorization and takes no part in it.
+  Then one batch filter (:meth:`AuthHelper.filter`) of TOPIC:READ, one action
+  per distinct topic name, ``resource_reference_count`` = how many distinct
+  partitions of that topic the fetch names, log flags T/T.
+
+  - everything allowed: the request goes upstream untouched (``FORWARD``) or,
+    if it uses a fetch session, with its session epoch patched (see below);
+    the response is never touched beyond the address rewrite above;
+  - nothing allowed (every partition denied or unknown): kgw answers alone,
+    a response built with kio (no records are involved);
+  - mixed: the request is rebuilt with kio without the denied and unknown
+    topics (requests hold no records), and the upstream response is *walked*:
+    its topic entries are kept as one untouched byte slice, the topic-array
+    length is rewritten, the error entries (encoded with kio when the request
+    was authorized) are appended, and the top-level tagged fields (already
+    address-rewritten) follow.  Record batches are never decoded or copied
+    piecemeal.  The error entries come after the upstream's topics: Kafka too
+    puts its erroneous partitions (100 first, then 29) after the fetched ones,
+    grouped by consecutive topic, in request order.
+
+Fetch sessions (KIP-227)
+------------------------
+Kafka re-authorizes every partition *cached in an incremental fetch session*
+on each fetch, not only the partitions the request lists (fact sheet §1.1 and
+§7 item 5).  A gateway without per-connection session state cannot see the
+cached partitions, so it must not let sessions exist: with an authorizer
+configured, every fetch that would create or use a session (``session_epoch``
+0 or > 0) is sent upstream with ``session_epoch = -1`` (FINAL) and its
+session id unchanged.  KIP-227 defines (id, -1) as "close session *id* if there
+is one, make a full fetch, create no session", so the upstream answers
+``session_id = 0`` and the client, like any client of a broker whose session
+cache is full, falls back to full fetches that list all its partitions — each
+of which kgw authorizes.  Neither side can ever hold a session the other does
+not know about, and a denied partition never diverges the two views of a
+session.  Requests that are already session-less (librdkafka sends (0, -1)) and
+v4-v6 requests (no sessions) are forwarded byte for byte.  The cost: full fetch
+requests and responses (every partition's header each time) instead of
+incremental ones; no records are ever copied for it.  With no authorizer
+configured Fetch is forwarded untouched and sessions work as usual.
+
+Topic ids (v13+)
+----------------
+The authorizer needs names: they come from :data:`protocol.topic_ids.LEARNED`,
+the gateway-wide cache of the (name, id) pairs in the upstream Metadata,
+DescribeTopicPartitions and CreateTopics responses kgw forwards (clients learn
+ids from those same responses, so a client's ids are known before it fetches
+by them).  An id the cache does not hold gets UNKNOWN_TOPIC_ID (100), as from
+a broker that does not know it; the client then refreshes its metadata, which
+teaches the cache.
 """
 
 from __future__ import annotations
 
 import io
+import struct
 from dataclasses import replace
+from datetime import timedelta
 
+from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v16.response import NodeEndpoint
 from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import read_compact_array_length
 from kio.serial.writers import write_compact_array_length, write_unsigned_varint
+from kio.static.primitive import i32 as i32_
+from kio.static.primitive import i64 as i64_
 
+from authz.acl import AclOperation, ResourceType
+from protocol import topic_ids
 from protocol.apis.addresses import rewrite_node_list
-from protocol.apis.base import ApiSpec, NodeMap, RequestInfo
+from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RequestInfo
 from protocol.apis.generic import inspect_decoded
-from protocol.codecs import CodecError
+from protocol.auth_helper import AuthHelper
+from protocol.codecs import CodecError, encode, make, nested, response_class
+from protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
 from protocol.headers import RequestHeader
-from protocol.wire import WalkError, array_len, skip_bytes, skip_tagged, uvarint
+from protocol.topic_ids import TopicCache
+from protocol.wire import WalkError, array_len, i16, i32, skip_bytes, skip_string, skip_tagged, uvarint
 
-__all__ = ["SPECS", "top_level_tags_offset"]
+__all__ = [
+    "SPECS",
+    "FetchResponseShape",
+    "top_level_tags_offset",
+    "walk_fetch_response",
+]
+
+_FINAL_EPOCH = b"\xff\xff\xff\xff"  # session_epoch -1
+
+
+# ---------------------------------------------------------------- requests
 
 
 def _inspect(header: RequestHeader, frame: memoryview) -> RequestInfo:
@@ -38,23 +115,235 @@ def _inspect(header: RequestHeader, frame: memoryview) -> RequestInfo:
     return replace(info, broker_wait_s=max(wait, 0.0))
 
 
+def _replica_id(request) -> int:
+    state = getattr(request, "replica_state", None)
+    if state is not None:
+        return state.replica_id
+    return getattr(request, "replica_id", -1)
+
+
+def _session_epoch_offset(version: int) -> int:
+    """Offset of ``session_epoch`` in a v7+ request body: the fields before it are fixed-size
+    (tagged fields such as ``cluster_id`` and ``replica_state`` are encoded at the end)."""
+    # replica_id (v<15), max_wait, min_bytes, max_bytes, isolation_level, session_id
+    return (4 if version < 15 else 0) + 4 + 4 + 4 + 1 + 4
+
+
+def _uses_session(version: int, request) -> bool:
+    return version >= 7 and request.session_epoch != -1
+
+
+class _Topic:
+    """One topic entry of the request: its key (name, or id from v13 on), name, distinct partitions."""
+
+    __slots__ = ("key", "name", "partitions")
+
+    def __init__(self, key, name: str | None, partitions: list[int]) -> None:
+        self.key = key
+        self.name = name
+        self.partitions = partitions
+
+
+def _request_topics(request, version: int, names: TopicCache) -> list[_Topic]:
+    """The request's topic entries; a partition named twice counts once (Kafka keys its
+    fetch map by topic-partition).  Hot path: one set per topic, ints hashed, no per-partition tuples."""
+    by_id = version >= 13
+    out = []
+    seen: dict = {}
+    for entry in request.topics:
+        if by_id:
+            key = entry.topic_id
+            name = names.name_of(key)
+        else:
+            key = name = entry.topic
+        partitions = [p.partition for p in entry.partitions]
+        taken = seen.get(key)
+        if taken is None:
+            taken = seen[key] = set(partitions)
+            if len(taken) != len(partitions):
+                partitions = list(dict.fromkeys(partitions))
+        else:
+            partitions = [p for p in dict.fromkeys(partitions) if p not in taken]
+            taken.update(partitions)
+        out.append(_Topic(key, name, partitions))
+    return out
+
+
+# --------------------------------------------------------------- responses
+
+
+class FetchResponseShape:
+    """Where the parts of a Fetch response body are, found without decoding any record batch."""
+
+    __slots__ = ("error_code", "session_id", "topics_at", "first_topic", "n_topics", "topics_end")
+
+    def __init__(self, error_code, session_id, topics_at, first_topic, n_topics, topics_end):
+        self.error_code = error_code
+        self.session_id = session_id
+        #: offset of the topic-array length, of the first topic entry, and just after the last one
+        self.topics_at = topics_at
+        self.first_topic = first_topic
+        self.n_topics = n_topics
+        self.topics_end = topics_end
+
+
+def walk_fetch_response(version: int, buf, offset: int) -> FetchResponseShape:
+    """Walk a Fetch v4+ response body at ``buf[offset:]`` to its end, skipping records by length."""
+    flexible = version >= 12
+    try:
+        off = offset + 4  # throttle_time_ms
+        error_code = session_id = 0
+        if version >= 7:
+            error_code, off = i16(buf, off)
+            session_id, off = i32(buf, off)
+        topics_at = off
+        n_topics, off = array_len(buf, off, flexible)
+        first_topic = off
+        for _ in range(max(n_topics, 0)):
+            if version >= 13:
+                off += 16  # topic_id
+            else:
+                _name, off = skip_string(buf, off, flexible)
+            n_parts, off = array_len(buf, off, flexible)
+            for _ in range(max(n_parts, 0)):
+                # partition_index, error_code, high_watermark, last_stable_offset (v4+), log_start_offset (v5+)
+                off += 4 + 2 + 8 + 8 + (8 if version >= 5 else 0)
+                n_aborted, off = array_len(buf, off, flexible)
+                for _ in range(max(n_aborted, 0)):
+                    off += 16  # producer_id, first_offset
+                    if flexible:
+                        off = skip_tagged(buf, off)
+                if version >= 11:
+                    off += 4  # preferred_read_replica
+                _s, _e, off = skip_bytes(buf, off, flexible)
+                if flexible:
+                    off = skip_tagged(buf, off)
+            if flexible:
+                off = skip_tagged(buf, off)
+        topics_end = off
+        if flexible:
+            off = skip_tagged(buf, off)
+    except (WalkError, UnicodeDecodeError) as e:
+        raise CodecError(f"malformed Fetch v{version} response: {e}") from e
+    if off > len(buf):
+        raise CodecError(f"malformed Fetch v{version} response: it ends {off - len(buf)} bytes early")
+    return FetchResponseShape(error_code, session_id, topics_at, first_topic, max(n_topics, 0), topics_end)
+
+
 def top_level_tags_offset(frame: memoryview, offset: int) -> int:
-    """Offset of the top-level tagged-field section of a flexible (v12+) Fetch response body."""
-    off = offset + 4 + 2 + 4  # throttle_time_ms, error_code, session_id
-    n_topics, off = array_len(frame, off, True)
-    for _ in range(max(n_topics, 0)):
-        off += 16  # topic_id (v13+); v12 has a name instead, but v12 is never rewritten
-        n_parts, off = array_len(frame, off, True)
-        for _ in range(max(n_parts, 0)):
-            off += 4 + 2 + 8 + 8 + 8  # index, error, high watermark, last stable, log start
-            n_aborted, off = array_len(frame, off, True)
-            for _ in range(max(n_aborted, 0)):
-                off = skip_tagged(frame, off + 16)
-            off += 4  # preferred_read_replica
-            _s, _e, off = skip_bytes(frame, off, True)
-            off = skip_tagged(frame, off)
-        off = skip_tagged(frame, off)
-    return off
+    """Offset of the top-level tagged-field section of a v13+ Fetch response body."""
+    return walk_fetch_response(13, frame, offset).topics_end
+
+
+def _array_len(n: int, flexible: bool) -> bytes:
+    if flexible:
+        out = io.BytesIO()
+        write_unsigned_varint(out, n + 1)
+        return out.getvalue()
+    return struct.pack(">i", n)
+
+
+def _error_topics(version: int, errors: list[tuple[_Topic, int]]) -> list:
+    """Kio topic entries for (topic, error) pairs, partitions grouped by consecutive topic as Kafka does.
+
+    Each partition is Kafka's ``FetchResponse.partitionResponse`` as it reaches the wire: high
+    watermark, last stable and log start offsets -1, no aborted transactions, preferred replica -1
+    and an *empty* record set -- Kafka's response conversion turns the null records of an error
+    partition into ``MemoryRecords.EMPTY``, and librdkafka rejects a null record set
+    ("invalid MessageSetSize -1") and never reports the partition's error.
+    """
+    topic_cls = nested(response_class(1, version), "responses")
+    part_cls = nested(topic_cls, "partitions")
+    key_field = "topic_id" if version >= 13 else "topic"
+    grouped: list[tuple[object, list]] = []
+    for topic, error in errors:
+        parts = [
+            make(part_cls, partition_index=i32_(p), error_code=ErrorCode(error), high_watermark=i64_(-1),
+                 last_stable_offset=i64_(-1), log_start_offset=i64_(-1), aborted_transactions=(),
+                 preferred_read_replica=i32_(-1), records=b"")
+            for p in topic.partitions
+        ]
+        if not parts:
+            continue
+        if grouped and grouped[-1][0] == topic.key:
+            grouped[-1][1].extend(parts)
+        else:
+            grouped.append((topic.key, parts))
+    return [topic_cls(**{key_field: key, "partitions": tuple(parts)}) for key, parts in grouped]
+
+
+def _error_response(version: int, errors: list[tuple[_Topic, int]]) -> bytes:
+    return encode(make(response_class(1, version), throttle_time=timedelta(0), error_code=ErrorCode.none,
+                       session_id=i32_(0), responses=tuple(_error_topics(version, errors)), node_endpoints=()))
+
+
+def _merger(version: int, errors: list[tuple[_Topic, int]]):
+    """Append the error entries to the upstream response, leaving its topic entries untouched."""
+    entries = _error_topics(version, errors)
+    appended = b"".join(encode(e) for e in entries)
+    count = len(entries)
+    flexible = version >= 12
+
+    def merge(buf, off: int) -> bytes:
+        shape = walk_fetch_response(version, buf, off)
+        if shape.error_code != 0:
+            # a top-level error carries no partitions (Kafka answers the same way)
+            return bytes(buf[off:])
+        return b"".join((
+            buf[off : shape.topics_at],
+            _array_len(shape.n_topics + count, flexible),
+            buf[shape.first_topic : shape.topics_end],
+            appended,
+            buf[shape.topics_end :],
+        ))
+
+    return merge
+
+
+# ------------------------------------------------------------- enforcement
+
+
+def _sessionless(header: RequestHeader, body: memoryview, request) -> Decision:
+    """Forward as is, or with session_epoch -1 if the request would create or use a session."""
+    if not _uses_session(header.api_version, request):
+        return FORWARD
+    at = header.size + _session_epoch_offset(header.api_version)
+    return Decision(request=b"".join((body[header.size : at], _FINAL_EPOCH, body[at + 4 :])))
+
+
+def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
+    """Fact sheet §1.1 Fetch: follower CLUSTER:CLUSTER_ACTION, consumer TOPIC:READ per topic."""
+    if not auth.enabled:
+        return FORWARD
+    request = info.decoded
+    version = header.api_version
+    topics = _request_topics(request, version, topic_ids.LEARNED)
+    if _replica_id(request) >= 0:
+        if auth.cluster(AclOperation.CLUSTER_ACTION):
+            return FORWARD
+        return Decision(respond=_error_response(version, [(t, TOPIC_AUTHORIZATION_FAILED) for t in topics]))
+    counts: dict[str, int] = {}
+    for t in topics:
+        if t.name is not None and t.partitions:
+            counts[t.name] = counts.get(t.name, 0) + len(t.partitions)
+    allowed = auth.filter(ResourceType.TOPIC, AclOperation.READ, counts)
+    # an entry without partitions fetches nothing, so it is neither checked nor answered (as in Kafka)
+    unknown = [(t, UNKNOWN_TOPIC_ID) for t in topics if t.partitions and t.name is None]
+    denied = [(t, TOPIC_AUTHORIZATION_FAILED) for t in topics if t.partitions and t.name is not None
+              and t.name not in allowed]
+    if not unknown and not denied:
+        return _sessionless(header, body, request)
+    errors = unknown + denied  # Kafka: unknown ids are found first, then the auth check
+    kept = tuple(e for e, t in zip(request.topics, topics) if t.name is not None and t.name in allowed)
+    if not any(e.partitions for e in kept):
+        return Decision(respond=_error_response(version, errors))
+    changes = {"topics": kept}
+    if version >= 7:
+        changes.update(session_epoch=i32_(-1), forgotten_topics_data=())
+    return Decision(request=encode(replace(request, **changes)), merge=_merger(version, errors))
+
+
+# ----------------------------------------------------------------- rewrite
 
 
 _node_writer = entity_writer(NodeEndpoint)
@@ -83,8 +372,8 @@ def _encode_tag(tag: int, value: bytes) -> bytes:
 def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> bytes | None:
     if version < 16:
         return None
+    tags_at = walk_fetch_response(version, frame, offset).topics_end
     try:
-        tags_at = top_level_tags_offset(frame, offset)
         count, off = uvarint(frame, tags_at)
         if count == 0:
             return None
@@ -108,7 +397,10 @@ def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> by
             out.write(_encode_tag(0, body.getvalue()))
         else:
             out.write(_encode_tag(tag, bytes(value)))
-    return b"".join((frame[offset:tags_at], out.getvalue()))
+    tags = out.getvalue()
+    if tags == frame[tags_at:off]:
+        return None  # e.g. an empty node_endpoints field: forward the upstream frame without a copy
+    return b"".join((frame[offset:tags_at], tags))
 
 
-SPECS = (ApiSpec(1, "Fetch", _inspect, _rewrite),)
+SPECS = (ApiSpec(1, "Fetch", _inspect, _rewrite, enforce=_enforce),)

@@ -116,3 +116,11 @@ def test_fetch_node_endpoints_rewritten_records_untouched():
     assert decoded.responses == original.responses  # records byte-identical
     tags_at = top_level_tags_offset(body, 0)
     assert new[:tags_at] == bytes(body[:tags_at])  # prefix copied verbatim, not re-encoded
+
+
+def test_fetch_with_an_empty_node_endpoints_tag_passes_through_without_a_copy():
+    # a broker that always writes the tag (as tansu does) must not force a rebuild of every response
+    body = bytearray(encode(fetch_response(())))
+    assert body[-1] == 0
+    body[-1:] = b"\x01\x00\x01\x01"  # one tagged field: tag 0, size 1, empty compact array
+    assert FETCH[0].rewrite_response(17, memoryview(bytes(body)), 0, FakeNodes()) is None
