@@ -45,7 +45,8 @@ from authz.acl import AclOperation, ResourceType
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
-from protocol.codecs import decode_response, encode, response_class, nested
+from protocol.codecs import decode_response, encode, nested, response_class
+from protocol.merging import merge_in_request_order, pop_first
 from protocol.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     GROUP_AUTHORIZATION_FAILED,
@@ -163,14 +164,6 @@ def _request_body(entity) -> bytes:
     return encode(entity)
 
 
-def _pop(entries: list, pred):
-    """Remove and return the first of ``entries`` matching ``pred`` (None if none does)."""
-    for i, e in enumerate(entries):
-        if pred(e):
-            return entries.pop(i)
-    return None
-
-
 def _topic_name(auth: AuthHelper, topic_id) -> str | None:
     """The topic name for a topic id, if the gateway can resolve it (see module doc)."""
     resolve = getattr(auth, "topic_name", None)
@@ -271,18 +264,12 @@ def _enforce_offset_commit(auth: AuthHelper, header: RequestHeader, body: memory
 
     def merge(buf, off: int) -> bytes:
         response = decode_response(8, v, buf, off)
-        upstream = list(response.topics)
-        merged = []
-        for i, t in enumerate(request.topics):
-            if i in errors:
-                merged.append(error_topic(t, errors[i]))
-            else:
-                key = (lambda e, t=t: e.topic_id == t.topic_id) if by_id else (lambda e, t=t: e.name == t.name)
-                entry = _pop(upstream, key)
-                if entry is not None:
-                    merged.append(entry)
-        merged.extend(upstream)
-        return encode(replace(response, topics=tuple(merged)))
+        indexed = list(enumerate(request.topics))
+        merged = merge_in_request_order(
+            indexed, response.topics,
+            denied_entry=lambda it: error_topic(it[1], errors[it[0]]) if it[0] in errors else None,
+            same=(lambda e, it: e.topic_id == it[1].topic_id) if by_id else (lambda e, it: e.name == it[1].name))
+        return encode(replace(response, topics=merged))
 
     return Decision(request=_request_body(reduced), merge=merge)
 
@@ -355,7 +342,7 @@ def _merge_named_topics(request_topics, plan: _FetchGroupPlan, upstream_topics, 
                                                   for p in t.partition_indexes)))
         else:
             key = (lambda e, t=t: e.topic_id == t.topic_id) if by_id else (lambda e, t=t: e.name == t.name)
-            entry = _pop(upstream, key)
+            entry = pop_first(upstream, key)
             if entry is not None:
                 merged.append(entry)
     # topics the coordinator returned that were not asked for are dropped (never disclosed unchecked)
@@ -433,7 +420,7 @@ def _offset_fetch_batched(auth: AuthHelper, v: int, request) -> Decision:
             if p.denied:
                 merged.append(denied_entry(g))
                 continue
-            entry = _pop(upstream, lambda e: e.group_id == g.group_id)
+            entry = pop_first(upstream, lambda e: e.group_id == g.group_id)
             if entry is None:
                 continue
             if entry.error_code != 0:
@@ -500,17 +487,10 @@ def _enforce_find_coordinator(auth: AuthHelper, header: RequestHeader, body: mem
 
     def merge(buf, off: int) -> bytes:
         response = decode_response(10, v, buf, off)
-        upstream = list(response.coordinators)
-        merged = []
-        for k, c in zip(keys, codes):
-            if c:
-                merged.append(denied_entry(k, c))
-            else:
-                entry = _pop(upstream, lambda e, k=k: e.key == k)
-                if entry is not None:
-                    merged.append(entry)
-        merged.extend(upstream)
-        return encode(replace(response, coordinators=tuple(merged)))
+        merged = merge_in_request_order(
+            zip(keys, codes), response.coordinators,
+            denied_entry=lambda kc: denied_entry(*kc) if kc[1] else None, same=lambda e, kc: e.key == kc[0])
+        return encode(replace(response, coordinators=merged))
 
     return Decision(request=_request_body(replace(request, coordinator_keys=tuple(kept))), merge=merge)
 
@@ -595,16 +575,10 @@ def _describe_family(key: int, ids_field: str, topics_of=None, denied_topics_mes
                 upstream = [replace(grp, authorized_operations=(
                     auth.authorized_operations(GROUP, grp.group_id) if include_ops and grp.error_code == 0
                     else OPS_OMITTED)) for grp in upstream]
-            merged = []
-            for g, ok in zip(ids, allowed):
-                if not ok:
-                    merged.append(denied_entry(g))
-                else:
-                    entry = _pop(upstream, lambda e, g=g: e.group_id == g)
-                    if entry is not None:
-                        merged.append(entry)
-            merged.extend(upstream)
-            return encode(replace(response, groups=tuple(finish(merged))))
+            merged = merge_in_request_order(
+                zip(ids, allowed), upstream,
+                denied_entry=lambda ga: None if ga[1] else denied_entry(ga[0]), same=lambda e, ga: e.group_id == ga[0])
+            return encode(replace(response, groups=tuple(finish(list(merged)))))
 
         return Decision(request=request_out, merge=merge)
 
@@ -653,17 +627,10 @@ def _enforce_delete_groups(auth: AuthHelper, header: RequestHeader, body: memory
 
     def merge(buf, off: int) -> bytes:
         response = decode_response(42, v, buf, off)
-        upstream = list(response.results)
-        merged = []
-        for g in groups:
-            if g not in allowed:
-                merged.append(denied_entry(g))
-            else:
-                entry = _pop(upstream, lambda e, g=g: e.group_id == g)
-                if entry is not None:
-                    merged.append(entry)
-        merged.extend(upstream)
-        return encode(replace(response, results=tuple(merged)))
+        merged = merge_in_request_order(
+            groups, response.results,
+            denied_entry=lambda g: None if g in allowed else denied_entry(g), same=lambda e, g: e.group_id == g)
+        return encode(replace(response, results=merged))
 
     return Decision(request=_request_body(replace(request, groups_names=tuple(kept))), merge=merge)
 
@@ -698,17 +665,10 @@ def _enforce_offset_delete(auth: AuthHelper, header: RequestHeader, body: memory
         response = decode_response(47, v, buf, off)
         if response.error_code != 0:  # OffsetDeleteResponse.Builder.merge: a top-level error replaces all
             return encode(response)
-        upstream = list(response.topics)
-        merged = []
-        for t in request.topics:
-            if t.name not in allowed:
-                merged.append(denied_entry(t))
-            else:
-                entry = _pop(upstream, lambda e, t=t: e.name == t.name)
-                if entry is not None:
-                    merged.append(entry)
-        merged.extend(upstream)
-        return encode(replace(response, topics=tuple(merged)))
+        merged = merge_in_request_order(
+            request.topics, response.topics,
+            denied_entry=lambda t: None if t.name in allowed else denied_entry(t), same=lambda e, t: e.name == t.name)
+        return encode(replace(response, topics=merged))
 
     return Decision(request=_request_body(replace(request, topics=kept)), merge=merge)
 
@@ -832,17 +792,11 @@ def _share_data_plane(key: int):
             response = decode_response(key, v, buf, off)
             if response.error_code != 0:
                 return encode(response)
-            upstream = list(response.responses)
-            merged = []
-            for i, t in enumerate(topics):
-                if i in errors:
-                    merged.append(denied_entry(i))
-                else:
-                    entry = _pop(upstream, lambda e, t=t: e.topic_id == t.topic_id)
-                    if entry is not None:
-                        merged.append(entry)
-            merged.extend(upstream)
-            return encode(replace(response, responses=tuple(merged)))
+            merged = merge_in_request_order(
+                enumerate(topics), response.responses,
+                denied_entry=lambda it: denied_entry(it[0]) if it[0] in errors else None,
+                same=lambda e, it: e.topic_id == it[1].topic_id)
+            return encode(replace(response, responses=merged))
 
         if not kept and key == 79:
             return Decision(respond=encode(_blank(cls, responses=tuple(denied_entry(i) for i in range(len(topics))))))
@@ -904,7 +858,7 @@ def _enforce_describe_share_offsets(auth: AuthHelper, header: RequestHeader, bod
             if denied:
                 merged.append(denied_group(g))
                 continue
-            entry = _pop(upstream, lambda e, g=g: e.group_id == g.group_id)
+            entry = pop_first(upstream, lambda e, g=g: e.group_id == g.group_id)
             if entry is None:
                 continue
             if all_topics:
@@ -917,7 +871,7 @@ def _enforce_describe_share_offsets(auth: AuthHelper, header: RequestHeader, bod
                     if i in bad:
                         topics.append(denied_topic(t))
                     else:
-                        e = _pop(ups, lambda e, t=t: e.topic_name == t.topic_name)
+                        e = pop_first(ups, lambda e, t=t: e.topic_name == t.topic_name)
                         if e is not None:
                             topics.append(e)
                 merged.append(replace(entry, topics=tuple(topics)))
@@ -963,17 +917,11 @@ def _share_offsets_change(key: int, group_op: AclOperation):
             response = decode_response(key, v, buf, off)
             if response.error_code != 0:
                 return encode(response)
-            upstream = list(response.responses)
-            merged = []
-            for t, a in zip(request.topics, ok):
-                if not a:
-                    merged.append(denied_entry(t))
-                else:
-                    entry = _pop(upstream, lambda e, t=t: e.topic_name == t.topic_name)
-                    if entry is not None:
-                        merged.append(entry)
-            merged.extend(upstream)
-            return encode(replace(response, responses=tuple(merged)))
+            merged = merge_in_request_order(
+                zip(request.topics, ok), response.responses,
+                denied_entry=lambda ta: None if ta[1] else denied_entry(ta[0]),
+                same=lambda e, ta: e.topic_name == ta[0].topic_name)
+            return encode(replace(response, responses=merged))
 
         return Decision(request=_request_body(replace(request, topics=kept)), merge=merge)
 

@@ -35,6 +35,7 @@ from protocol.apis.addresses import rewrite_node_list
 from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RequestInfo
 from protocol.codecs import CodecError, decode_response, encode, make, nested, response_class
 from protocol.headers import RequestHeader
+from protocol.merging import merge_in_request_order
 from protocol.resources import ResourceKind
 from protocol.wire import WalkError, array_len, i16, i32, skip_bytes, skip_string, skip_tagged
 
@@ -191,18 +192,12 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
 
     def merge(buf, off: int) -> bytes:
         response = decode_response(0, version, buf, off)
-        upstream = list(response.responses)
         denied_entries = iter(_partition_errors(version, denied, TOPIC_AUTHORIZATION_FAILED))
-        merged = []
-        for t in shape.topics:  # request order
-            if t.name in allowed:
-                idx = next((i for i, r in enumerate(upstream) if r.name == t.name), None)
-                if idx is not None:
-                    merged.append(upstream.pop(idx))
-            else:
-                merged.append(next(denied_entries))
-        merged.extend(upstream)
-        return encode(replace(response, responses=tuple(merged)))
+        merged = merge_in_request_order(
+            shape.topics, response.responses,
+            denied_entry=lambda t: None if t.name in allowed else next(denied_entries),
+            same=lambda e, t: e.name == t.name)
+        return encode(replace(response, responses=merged))
 
     return Decision(request=request, merge=merge)
 
