@@ -56,6 +56,7 @@ from protocol.codecs import CodecError, decode_request, encode, make, response_c
 from protocol.framing import NEED_DATA, FrameDecoder, FrameError
 from protocol.headers import HeaderError, RequestHeader, parse_request_header, read_uvarint, response_header
 from gateway.authentication import AuthenticationFailed
+from gateway.fast_io import FastStream, fast_stream
 from gateway.logs import fields
 from gateway.sasl import SaslStateError
 from gateway.upstream import UpstreamUnavailable, open_upstream
@@ -80,11 +81,8 @@ async def _receive(stream: trio.SocketStream, decoder: FrameDecoder) -> bytes | 
     response is copied once, from the kernel, instead of chunk by chunk.
     """
     space = decoder.partial_space()
-    if space is not None and len(space) >= _RECV_INTO_MIN and isinstance(stream, trio.SocketStream):
-        try:
-            n = await stream.socket.recv_into(space)
-        except OSError as e:
-            raise trio.BrokenResourceError(e) from e
+    if space is not None and len(space) >= _RECV_INTO_MIN and isinstance(stream, FastStream):
+        n = await stream.receive_into(space)
         decoder.partial_filled(n)
         return space[:n]
     data = await stream.receive_some(_RECV)
@@ -154,6 +152,7 @@ class ClientConnection:
             return  # logged and counted by the listener's security
         if self.auth.principal is not None:
             self.principal = self.auth.principal
+        self.stream = fast_stream(self.stream)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -389,7 +388,7 @@ class ClientConnection:
                 stream = await open_upstream(node.host, node.port, cluster.connect_timeout_s)
         except UpstreamUnavailable as e:
             raise CloseConnection(str(e), "upstream") from None
-        self._upstream = stream
+        self._upstream = stream = fast_stream(stream)
         assert self._nursery is not None
         self._nursery.start_soon(self._read_upstream, stream)
 
