@@ -314,12 +314,14 @@ class _Section:
         literal: dict[str, Bucket],
         prefixed: dict[str, Bucket],
         groups: dict[_GroupKey, tuple[StandardAcl, ...]],
+        summaries: dict[_GroupKey, GroupSummary] | None = None,
     ) -> None:
         self.literal = literal
         self.prefixed = prefixed
         self.prefix_lengths = tuple(sorted({len(p) for p in prefixed}, reverse=True))
         self.groups = groups
-        self.summaries: dict[_GroupKey, GroupSummary] = {}  # derived-value cache
+        #: derived-value cache; summaries of groups a change did not touch are carried over
+        self.summaries: dict[_GroupKey, GroupSummary] = summaries if summaries is not None else {}
 
     def summary(self, key: _GroupKey) -> GroupSummary | None:
         found = self.summaries.get(key)
@@ -617,7 +619,10 @@ def _changed_section(old: _Section | None, adds: list[StandardAcl], drops: list[
             groups[key] = tuple(kept)
         else:
             groups.pop(key, None)
-    return _Section(literal, prefixed, groups)
+    # A group's summary depends only on that group's ACLs: keep the ones this change left alone,
+    # so authorize_by_resource_type stays warm across ACL changes.
+    summaries = {k: v for k, v in old.summaries.items() if k not in group_changes} if old is not None else {}
+    return _Section(literal, prefixed, groups, summaries)
 
 
 def _candidates_in(section: _Section, name: str | None, pattern_type: PatternType) -> Iterator[StandardAcl]:
