@@ -18,7 +18,8 @@ Kafka's ``AclPublisher`` does:
 * every ``snapshot_every`` records it writes a snapshot of the full image at
   the offset the image reflects, so start-up does not replay an endless log.
 
-Dynamic configs (``ConfigRecord``) live in the same image, for the config APIs.
+Dynamic configs (``ConfigRecord``) and SCRAM credentials (``UserScramCredentialRecord``)
+live in the same image, for the config and SCRAM APIs.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from authz.metadata_records import (
     AccessControlEntryRecord,
     ConfigRecord,
     RemoveAccessControlEntryRecord,
+    RemoveUserScramCredentialRecord,
+    UserScramCredentialRecord,
 )
 
 __all__ = ["MetadataImage", "binding_to_record", "record_to_binding"]
@@ -78,6 +81,8 @@ class MetadataImage:
         self.acls: dict[uuid.UUID, AclBinding] = {}
         #: (resource type code, resource name) -> {config name: value}
         self.configs: dict[tuple[int, str], dict[str, str]] = {}
+        #: (user name, SCRAM mechanism code) -> credential (salted keys only, never a password)
+        self.scram: dict[tuple[str, int], UserScramCredentialRecord] = {}
         self.offset = -1
         #: what the store's load() returned (for the metadata-shell dump)
         self.loaded_state = None
@@ -106,6 +111,10 @@ class MetadataImage:
                 entries.pop(record.name, None)
             else:
                 entries[record.name] = record.value
+        elif isinstance(record, UserScramCredentialRecord):
+            self.scram[(record.name, record.mechanism)] = record
+        elif isinstance(record, RemoveUserScramCredentialRecord):
+            self.scram.pop((record.name, record.mechanism), None)
 
     async def append(self, records: Sequence) -> int:
         """Make ``records`` durable, then apply them to the image."""
@@ -131,5 +140,6 @@ class MetadataImage:
         for (rtype, rname), entries in self.configs.items():
             records += [ConfigRecord(resource_type=rtype, resource_name=rname, name=k, value=v)
                         for k, v in entries.items()]
+        records += list(self.scram.values())
         await self.store.snapshot(records, through_offset=self.offset)
         log.info("metadata snapshot written at offset %d (%d records)", self.offset, len(records))

@@ -347,7 +347,8 @@ class AuditPublisher:
             node = cluster.nodes.get(node_id)
             if node is None:
                 raise _Retry(f"leader {node_id} of {self.topic} is not a known broker")
-            stream = self._conns[node_id] = await open_upstream(node.host, node.port, cluster.connect_timeout_s)
+            stream = self._conns[node_id] = await open_upstream(node.host, node.port, cluster.connect_timeout_s,
+                                                                cluster.security)
         return stream
 
     async def _publish(self, cluster: UpstreamCluster, batch: list) -> None:

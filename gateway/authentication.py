@@ -37,7 +37,8 @@ from authz.principal_builder import (
     load_principal_builder,
 )
 from gateway.auth_failures import AuthenticationFailed, AuthFailureTracker
-from gateway.sasl import CredentialStore, SaslSession
+from gateway.sasl import SaslSession
+from protocol.apis.scram import MetadataCredentialStore
 from gateway.tls import peer_certificate, server_ssl_context, tls_handshake
 
 if TYPE_CHECKING:
@@ -77,7 +78,10 @@ class ListenerSecurity:
             cfg.principal_builder,
             {"ssl.principal.mapping.rules": rules, "listener.name": cfg.name, "security.protocol": protocol},
         )
-        self.credentials = CredentialStore.of(users) if self.uses_sasl else None
+        gateway = listener.gateway
+        # YAML users first, then SCRAM users managed over the wire (metadata log), on every lookup
+        self.credentials = (MetadataCredentialStore(users, lambda: getattr(gateway, "image", None))
+                            if self.uses_sasl else None)
         self.failures = failures
         self._config = cfg
 

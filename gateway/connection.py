@@ -385,7 +385,7 @@ class ClientConnection:
                 node = cluster.nodes.get(self.node_id)
                 if node is None:
                     raise UpstreamUnavailable(f"upstream broker {self.node_id} is unknown")
-                stream = await open_upstream(node.host, node.port, cluster.connect_timeout_s)
+                stream = await open_upstream(node.host, node.port, cluster.connect_timeout_s, cluster.security)
         except UpstreamUnavailable as e:
             raise CloseConnection(str(e), "upstream") from None
         self._upstream = stream = fast_stream(stream)

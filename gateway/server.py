@@ -44,7 +44,8 @@ class Gateway:
         self.config = config
         self.metrics = GatewayMetrics()
         up = config.upstream
-        self.cluster = UpstreamCluster(up.bootstrap_servers, up.connect_timeout_ms / 1000, up.request_timeout_ms / 1000)
+        self.cluster = UpstreamCluster(up.bootstrap_servers, up.connect_timeout_ms / 1000, up.request_timeout_ms / 1000,
+                                       security=up)
         self.authorizer = self._make_authorizer(config)
         self.auth_failures = AuthFailureTracker(self.metrics.registry)
         self.image: MetadataImage | None = None

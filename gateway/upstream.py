@@ -29,6 +29,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_writer
 from kio.static.primitive import i16, i32
 
+from gateway.upstream_security import UpstreamSecurityError, wrap_upstream
 from protocol.apis.api_versions import KIO_VERSIONS, VersionRange
 from protocol.codecs import CodecError, decode_response, encode, request_class
 from protocol.framing import NEED_DATA, FrameDecoder
@@ -60,7 +61,9 @@ def parse_host_port(value) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def open_upstream(host: str, port: int, timeout_s: float) -> trio.SocketStream:
+async def open_upstream(host: str, port: int, timeout_s: float, security=None) -> trio.abc.Stream:
+    """Connect to an upstream broker with kgw's own identity (TLS and/or SASL from
+    ``upstream`` in YAML; client credentials are never passed on)."""
     try:
         with trio.fail_after(timeout_s):
             stream = await trio.open_tcp_stream(host, port)
@@ -69,6 +72,13 @@ async def open_upstream(host: str, port: int, timeout_s: float) -> trio.SocketSt
     except OSError as e:
         raise UpstreamUnavailable(f"cannot connect to {host}:{port}: {e.strerror or e}") from None
     stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if security is not None and str(security.security_protocol) != "PLAINTEXT":
+        try:
+            return await wrap_upstream(stream, host, security, timeout_s=timeout_s)
+        except UpstreamSecurityError as e:
+            await trio.aclose_forcefully(stream)
+            log.warning("%s", e)
+            raise UpstreamUnavailable(str(e)) from None
     return stream
 
 
@@ -116,8 +126,10 @@ async def roundtrip(stream: trio.SocketStream, api_key: int, version: int, body_
 class UpstreamCluster:
     """What kgw knows of the upstream cluster, shared by all listeners and connections."""
 
-    def __init__(self, bootstrap_servers, connect_timeout_s: float, request_timeout_s: float) -> None:
+    def __init__(self, bootstrap_servers, connect_timeout_s: float, request_timeout_s: float, security=None) -> None:
         self.bootstrap = [parse_host_port(b) for b in bootstrap_servers]
+        #: the ``upstream`` YAML section (protocol, TLS, SASL) kgw connects with
+        self.security = security
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self.nodes: dict[int, UpstreamNode] = {}
@@ -150,7 +162,7 @@ class UpstreamCluster:
         errors = []
         for host, port in self.bootstrap:
             try:
-                return await open_upstream(host, port, self.connect_timeout_s)
+                return await open_upstream(host, port, self.connect_timeout_s, self.security)
             except UpstreamUnavailable as e:
                 errors.append(str(e))
         raise UpstreamUnavailable("; ".join(errors))

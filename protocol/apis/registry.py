@@ -20,7 +20,7 @@ from kio.schema.index import api_key_map
 
 from dataclasses import replace
 
-from protocol.apis import acls, addresses, admin, configs, fetch, groups, produce, topics, transactions
+from protocol.apis import acls, addresses, admin, configs, fetch, groups, produce, scram, topics, transactions
 from protocol.apis.base import ApiSpec
 from protocol.apis.generic import inspect_decoded
 
@@ -39,11 +39,11 @@ _BROKER_INTERNAL = frozenset(
 )
 
 #: APIs kgw answers itself.
-LOCAL_KEYS = frozenset({17, 18, 36}) | acls.LOCAL_KEYS | configs.LOCAL_KEYS  # ApiVersions, SASL, ACLs, configs
+LOCAL_KEYS = frozenset({17, 18, 36}) | acls.LOCAL_KEYS | configs.LOCAL_KEYS | scram.LOCAL_KEYS  # ApiVersions, SASL, ACLs, configs, SCRAM users
 
 
 #: API family modules; a family may add enforcement to an API another module rewrites.
-_MODULES = (acls, addresses, admin, configs, fetch, groups, produce, topics, transactions)
+_MODULES = (acls, addresses, admin, configs, fetch, groups, produce, scram, topics, transactions)
 
 
 def _merge(base: ApiSpec | None, spec: ApiSpec) -> ApiSpec:

@@ -1,0 +1,377 @@
+"""SCRAM credential admin APIs answered by kgw: DescribeUserScramCredentials (50), AlterUserScramCredentials (51).
+
+Theory of operation
+-------------------
+kgw's listeners authenticate SCRAM clients themselves (:mod:`gateway.sasl`), so
+the credentials are kgw's, not the upstream's: these APIs never reach the
+upstream.  There are two sources of SCRAM credentials:
+
+* **static**: ``users.scram`` in the YAML (read-only over the wire);
+* **dynamic**: created, rotated and deleted with AlterUserScramCredentials and
+  kept in kgw's metadata log as ``UserScramCredentialRecord`` /
+  ``RemoveUserScramCredentialRecord`` (KRaft's records, api keys 11 and 22),
+  applied to ``MetadataImage.scram`` (``{(name, mechanism code): record}``).
+
+:class:`MetadataCredentialStore` is the :class:`~gateway.sasl.CredentialStore`
+a SASL listener uses: PLAIN users from the YAML, SCRAM lookups in the YAML
+first and then in the image, read on every login, so a credential altered
+over the wire is usable by the very next SaslAuthenticate (and a deleted one
+is refused by it).  Connections already authenticated stay authenticated, as
+on a broker (no re-authentication, KIP-368 is off).
+
+Request handling follows Kafka (fact sheet §1, rows 50 and 51; ScramImage,
+ScramControlManager):
+
+DescribeUserScramCredentials
+    CLUSTER:DESCRIBE, else CLUSTER_AUTHORIZATION_FAILED (31) at the top level
+    and on every distinct requested user.  ``users`` null or empty = every
+    user; a user named twice gets DUPLICATE_RESOURCE (92); a user with no
+    credential RESOURCE_NOT_FOUND (91).  Each result lists (mechanism,
+    iterations); salts and keys are never returned.
+AlterUserScramCredentials
+    CLUSTER:ALTER, else 31 on every distinct user (sorted), nothing changed.
+    A user named twice (deletions and upsertions together) gets
+    DUPLICATE_RESOURCE "A user credential cannot be altered twice in the same
+    request"; an empty name UNACCEPTABLE_CREDENTIAL (93); a mechanism other
+    than 1 (SCRAM-SHA-256) / 2 (SCRAM-SHA-512) UNSUPPORTED_SASL_MECHANISM (33);
+    iterations outside 4096..16384 UNACCEPTABLE_CREDENTIAL; deleting an absent
+    credential RESOURCE_NOT_FOUND.  kgw addition: a (user, mechanism) defined
+    in the YAML cannot be altered or deleted over the wire: INVALID_REQUEST
+    (42) saying so.  The server keeps only StoredKey = H(HMAC(SaltedPassword,
+    "Client Key")) and ServerKey = HMAC(SaltedPassword, "Server Key") (and the
+    client's salt and iteration count), never the salted password.  All valid
+    changes of one request are appended in one batch; the response is sent
+    only once they are durable.  Alter requests are serialised per gateway.
+
+With no authorizer configured every check passes (as on a broker without
+``authorizer.class.name``).  Results are in request order (one per user).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+import trio
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32
+
+from authz.acl import AclOperation
+from authz.metadata_records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
+from configs.gateway_config import SaslMechanism, ScramCredential
+from gateway.sasl import CredentialStore
+from protocol.apis.base import ApiSpec, RequestInfo
+from protocol.apis.generic import inspect_decoded
+from protocol.auth_helper import AuthHelper
+from protocol.codecs import encode, make, nested, response_class
+from protocol.headers import RequestHeader
+
+__all__ = [
+    "SPECS",
+    "LOCAL_KEYS",
+    "MECHANISM_CODES",
+    "MetadataCredentialStore",
+    "ScramCredentialView",
+    "apply_scram_record",
+    "credential_from_record",
+    "upsertion_keys",
+]
+
+log = logging.getLogger("kgw.scram")
+
+DESCRIBE_KEY, ALTER_KEY = 50, 51
+#: Kafka ScramMechanism type codes (0 is UNKNOWN)
+MECHANISM_CODES: Mapping[int, SaslMechanism] = {1: SaslMechanism.SCRAM_SHA_256, 2: SaslMechanism.SCRAM_SHA_512}
+_CODE_OF = {str(m): c for c, m in MECHANISM_CODES.items()}
+MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384  # Kafka ScramMechanism min/maxIterations (both mechanisms)
+
+_CLUSTER_DENIED = "Cluster authorization failed."
+_TWICE = "A user credential cannot be altered twice in the same request"
+
+
+# --------------------------------------------------------------------------- credentials
+
+
+def credential_from_record(record: UserScramCredentialRecord) -> ScramCredential:
+    return ScramCredential(name=record.name, mechanism=MECHANISM_CODES[record.mechanism], salt=bytes(record.salt),
+                           iterations=record.iterations, stored_key=bytes(record.stored_key),
+                           server_key=bytes(record.server_key))
+
+
+def apply_scram_record(scram: dict[tuple[str, int], UserScramCredentialRecord], record: Any) -> bool:
+    """Apply one metadata record to an image's ``scram`` table; False if it is not a SCRAM record."""
+    if isinstance(record, UserScramCredentialRecord):
+        scram[(record.name, record.mechanism)] = record
+        return True
+    if isinstance(record, RemoveUserScramCredentialRecord):
+        scram.pop((record.name, record.mechanism), None)
+        return True
+    return False
+
+
+def _image_scram(image: Any) -> Mapping[tuple[str, int], UserScramCredentialRecord]:
+    return getattr(image, "scram", None) or {}
+
+
+class ScramCredentialView(Mapping):
+    """``(name, mechanism text) -> ScramCredential``: YAML credentials, then the image's.
+
+    What :class:`~gateway.sasl.ScramServer` looks credentials up in.  The image
+    is fetched through ``image_source`` on every lookup (it is created after the
+    listeners, and its table changes with every AlterUserScramCredentials).
+    """
+
+    __slots__ = ("static", "_image_source", "_cache")
+
+    def __init__(self, static: Mapping[tuple[str, str], ScramCredential], image_source: Callable[[], Any]) -> None:
+        self.static = static
+        self._image_source = image_source
+        # record object -> its ScramCredential (records are immutable; a new record is a new object)
+        self._cache: weakref.WeakKeyDictionary | dict = {}
+
+    def _dynamic(self) -> Mapping[tuple[str, int], UserScramCredentialRecord]:
+        return _image_scram(self._image_source())
+
+    def __getitem__(self, key: tuple[str, str]) -> ScramCredential:
+        hit = self.static.get(key)
+        if hit is not None:
+            return hit
+        name, mechanism = key
+        code = _CODE_OF.get(str(mechanism))
+        record = None if code is None else self._dynamic().get((name, code))
+        if record is None:
+            raise KeyError(key)
+        cached = self._cache.get(id(record))
+        if cached is not None and cached[0] is record:
+            return cached[1]
+        credential = credential_from_record(record)
+        if len(self._cache) > 4096:
+            self._cache.clear()
+        self._cache[id(record)] = (record, credential)
+        return credential
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        yield from self.static
+        for name, code in list(self._dynamic()):
+            key = (name, str(MECHANISM_CODES.get(code, code)))
+            if key not in self.static and code in MECHANISM_CODES:
+                yield key
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            self[key]  # type: ignore[index]
+        except (KeyError, TypeError, ValueError):
+            return False
+        return True
+
+
+class MetadataCredentialStore(CredentialStore):
+    """The listener's credential store: PLAIN and SCRAM from the YAML, plus SCRAM from the metadata image.
+
+    ``MetadataCredentialStore(gateway.config.users, lambda: gateway.image)``.
+    """
+
+    __slots__ = ("static_scram",)
+
+    def __init__(self, users: Any, image_source: Callable[[], Any]) -> None:  # noqa: D107 (no super().__init__)
+        base = CredentialStore.of(users)
+        self.plain = base.plain
+        self.static_scram = base.scram
+        self.scram = ScramCredentialView(base.scram, image_source)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _static_scram(gw: Any) -> Mapping[tuple[str, str], ScramCredential]:
+    users = getattr(getattr(gw, "config", None), "users", None)
+    return {(u.name, str(u.mechanism)): u for u in (getattr(users, "scram", ()) or ())}
+
+
+def _all_credentials(gw: Any) -> dict[str, dict[int, int]]:
+    """user -> {mechanism code: iterations}, YAML and image merged."""
+    out: dict[str, dict[int, int]] = {}
+    for (name, mechanism), cred in _static_scram(gw).items():
+        out.setdefault(name, {})[_CODE_OF[mechanism]] = cred.iterations
+    for (name, code), record in _image_scram(getattr(gw, "image", None)).items():
+        out.setdefault(name, {}).setdefault(code, record.iterations)
+    return out
+
+
+def upsertion_keys(mechanism: SaslMechanism, salted_password: bytes) -> tuple[bytes, bytes]:
+    """(StoredKey, ServerKey) for a salted password (RFC 5802 §3)."""
+    digest = mechanism.hash_name
+    assert digest is not None
+    client_key = hmac.digest(salted_password, b"Client Key", digest)
+    return hashlib.new(digest, client_key).digest(), hmac.digest(salted_password, b"Server Key", digest)
+
+
+_alter_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _alter_lock(gw: Any) -> trio.Lock:
+    try:
+        lock = _alter_locks.get(gw)
+        if lock is None:
+            lock = _alter_locks[gw] = trio.Lock()
+        return lock
+    except TypeError:  # not weak-referenceable (a test double): no serialisation needed
+        return trio.Lock()
+
+
+# --------------------------------------------------------------------------- DescribeUserScramCredentials
+
+
+async def _describe(gw: Any, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
+    request = info.decoded
+    cls = response_class(DESCRIBE_KEY, header.api_version)
+    result_cls = nested(cls, "results")
+    info_cls = nested(result_cls, "credential_infos")
+    requested = None if request.users is None else [u.name for u in request.users]
+
+    def response(code: int, message: str | None, results) -> bytes:
+        return encode(make(cls, throttle_time=timedelta(0), error_code=ErrorCode(code), error_message=message,
+                           results=tuple(results)))
+
+    def result(user: str, code: int = 0, message: str | None = None, infos=()):
+        return result_cls(user=user, error_code=ErrorCode(code), error_message=message, credential_infos=tuple(infos))
+
+    if not auth.cluster(AclOperation.DESCRIBE):
+        users = list(dict.fromkeys(requested or ()))
+        return response(ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED,
+                        [result(u, ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED) for u in users])
+    credentials = _all_credentials(gw)
+    if not requested:
+        names = {name: False for name in sorted(credentials)}
+    else:
+        names = {}
+        for name in requested:
+            names[name] = name in names
+    results = []
+    for name, duplicate in names.items():
+        if duplicate:
+            results.append(result(name, ErrorCode.duplicate_resource,
+                                  f"Cannot describe SCRAM credentials for the same user twice in a single request: {name}"))
+            continue
+        found = credentials.get(name)
+        if not found:
+            results.append(result(name, ErrorCode.resource_not_found,
+                                  f"Attempt to describe a user credential that does not exist: {name}"))
+            continue
+        results.append(result(name, infos=[info_cls(mechanism=i8(code), iterations=i32(iterations))
+                                           for code, iterations in sorted(found.items())]))
+    return response(0, None, results)
+
+
+# --------------------------------------------------------------------------- AlterUserScramCredentials
+
+
+async def _alter(gw: Any, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
+    request = info.decoded
+    cls = response_class(ALTER_KEY, header.api_version)
+    result_cls = nested(cls, "results")
+
+    def response(results: list[tuple[str, int, str | None]]) -> bytes:
+        return encode(make(cls, throttle_time=timedelta(0), results=tuple(
+            result_cls(user=user, error_code=ErrorCode(code), error_message=message)
+            for user, code, message in results)))
+
+    if not auth.cluster(AclOperation.ALTER):
+        users = sorted({d.name for d in request.deletions} | {u.name for u in request.upsertions})
+        return response([(u, ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED) for u in users])
+
+    # ScramControlManager.alterCredentials: one operation per user name
+    order: list[str] = []
+    deletions: dict[str, Any] = {}
+    upsertions: dict[str, Any] = {}
+    errors: dict[str, tuple[int, str]] = {}
+    for d in request.deletions:
+        order.append(d.name)
+        if d.name in errors:
+            continue
+        if deletions.pop(d.name, None) is not None:
+            errors[d.name] = (ErrorCode.duplicate_resource, _TWICE)
+        else:
+            deletions[d.name] = d
+    for u in request.upsertions:
+        order.append(u.name)
+        if u.name in errors:
+            continue
+        if deletions.pop(u.name, None) is not None or upsertions.pop(u.name, None) is not None:
+            errors[u.name] = (ErrorCode.duplicate_resource, _TWICE)
+        else:
+            upsertions[u.name] = u
+
+    async with _alter_lock(gw):
+        image = getattr(gw, "image", None)
+        static = _static_scram(gw)
+        dynamic = _image_scram(image)
+        records: list[Any] = []
+        for name, d in deletions.items():
+            error = _validate_name_and_mechanism(name, d.mechanism) or _read_only(static, name, d.mechanism)
+            if error is None and (name, d.mechanism) not in dynamic:
+                error = (ErrorCode.resource_not_found, "Attempt to delete a user credential that does not exist")
+            if error is not None:
+                errors[name] = error
+            else:
+                records.append(RemoveUserScramCredentialRecord(name=name, mechanism=d.mechanism))
+        for name, u in upsertions.items():
+            error = _validate_name_and_mechanism(name, u.mechanism) or _read_only(static, name, u.mechanism)
+            if error is None and u.iterations < MIN_ITERATIONS:
+                error = (ErrorCode.unacceptable_credential, "Too few iterations")
+            elif error is None and u.iterations > MAX_ITERATIONS:
+                error = (ErrorCode.unacceptable_credential, "Too many iterations")
+            if error is not None:
+                errors[name] = error
+                continue
+            stored_key, server_key = upsertion_keys(MECHANISM_CODES[u.mechanism], bytes(u.salted_password))
+            records.append(UserScramCredentialRecord(name=name, mechanism=u.mechanism, salt=bytes(u.salt),
+                                                     stored_key=stored_key, server_key=server_key,
+                                                     iterations=u.iterations))
+        if records:
+            if image is None:
+                for r in records:
+                    errors[r.name] = (ErrorCode.unknown_server_error, "the metadata log is not loaded yet")
+                records = []
+            else:
+                await image.append(records)
+                principal = getattr(getattr(auth, "context", None), "principal", None)
+                log.info("SCRAM credentials altered by %s: %s", principal or "(no authorizer)", ", ".join(
+                    f"{'upserted' if isinstance(r, UserScramCredentialRecord) else 'deleted'} "
+                    f"{r.name}/{MECHANISM_CODES[r.mechanism]}" for r in records))
+    results = []
+    for name in dict.fromkeys(order):
+        code, message = errors.get(name, (0, None))
+        results.append((name, code, message))
+    return response(results)
+
+
+def _validate_name_and_mechanism(name: str, mechanism: int) -> tuple[int, str] | None:
+    if not name:
+        return ErrorCode.unacceptable_credential, "Username must not be empty"
+    if mechanism not in MECHANISM_CODES:
+        return ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"
+    return None
+
+
+def _read_only(static: Mapping[tuple[str, str], ScramCredential], name: str, mechanism: int) -> tuple[int, str] | None:
+    if (name, str(MECHANISM_CODES[mechanism])) in static:
+        return (ErrorCode.invalid_request,
+                f"the {MECHANISM_CODES[mechanism]} credential of user {name!r} is defined in the gateway's "
+                "configuration (users.scram) and cannot be altered over the wire")
+    return None
+
+
+SPECS = (
+    ApiSpec(DESCRIBE_KEY, "DescribeUserScramCredentials", inspect_decoded, answered_locally=True, answer=_describe),
+    ApiSpec(ALTER_KEY, "AlterUserScramCredentials", inspect_decoded, answered_locally=True, answer=_alter),
+)
+LOCAL_KEYS = frozenset(spec.api_key for spec in SPECS)
