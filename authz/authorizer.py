@@ -51,7 +51,7 @@ import abc
 import enum
 import ipaddress
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Collection, Iterable, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, Protocol, runtime_checkable
 
 from .acl import AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType
 from .acl import AccessControlEntryFilter, ResourcePattern, ResourcePatternFilter, ResourceType
@@ -60,7 +60,6 @@ from .principal import KafkaPrincipal, WILDCARD_PRINCIPAL_KEY
 
 if TYPE_CHECKING:  # pragma: no cover
     import prometheus_client
-    import trio
 
 __all__ = [
     "Action",

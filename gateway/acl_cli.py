@@ -8,7 +8,6 @@ durable when the command returns.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from tests.support.acls import seed_acls
+
 pytestmark = pytest.mark.integration
-
-KGW = [str(Path(sys.executable).parent / "kgw")]
-
 
 def _get(url: str) -> tuple[int, str]:
     with urllib.request.urlopen(url, timeout=10) as r:
@@ -32,9 +28,7 @@ def _value(metrics: str, name: str, **labels: str) -> float:
 
 def test_metrics_count_requests_connections_and_authorizer_decisions(start_gateway, tmp_path, topic_name):
     data_dir = tmp_path / "metrics" / "metadata"
-    for args in (["--cluster", "--operation", "DESCRIBE"], ["--topic", topic_name, "--operation", "DESCRIBE"]):
-        subprocess.run([*KGW, "acls", "add", "--data-dir", str(data_dir), "--principal", "User:ANONYMOUS", *args],
-                       check=True, capture_output=True)
+    seed_acls(data_dir, ["--cluster", "--operation", "DESCRIBE"], ["--topic", topic_name, "--operation", "DESCRIBE"])
     gw = start_gateway({"authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer"}}, name="metrics")
     admin = AdminClient({"bootstrap.servers": gw.bootstrap})
     admin.list_topics(topic_name, timeout=20)  # one allowed DESCRIBE

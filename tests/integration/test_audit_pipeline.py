@@ -22,8 +22,6 @@ config has ``audit.publish``, the normal ``kgw run`` is used.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import time
 import urllib.request
@@ -31,6 +29,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from tests.support.acls import add_acl
 
 from configs.gateway_config import AuditConfig
 
@@ -103,12 +103,7 @@ def spark():
 
 
 def _seed(data_dir: Path, *args: str) -> None:
-    from tests.support.cluster import gateway_env
-
-    cmd = [sys.executable, "-m", "gateway.cli", "acls", "add", "--data-dir", str(data_dir),
-           "--principal", "User:ANONYMOUS", *args]
-    done = subprocess.run(cmd, env=gateway_env(), capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    add_acl(data_dir, *args)
 
 
 def _metadata_requests(bootstrap: str, plan: list[tuple[str, int]]) -> dict[str, int]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import subprocess
 import time
 import uuid
 import warnings
@@ -25,6 +24,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+
+from tests.support.acls import add_acl
 
 with warnings.catch_warnings():  # kafka-python's schema loader warns on import
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -38,7 +39,6 @@ from kio.static.primitive import i8, i32, i64
 
 from gateway.upstream import encode_request
 from protocol.codecs import decode_response, make, nested, request_class
-from tests.support.cluster import gateway_argv, gateway_env
 
 pytestmark = pytest.mark.integration
 
@@ -79,12 +79,9 @@ def topics(tansu, topic_name) -> Topics:
 
 
 def seed_acls(data_dir: Path, *acls: tuple[str, str]) -> None:
-    """``kgw acls add`` for User:ANONYMOUS, offline, before the gateway starts."""
-    kgw = gateway_argv("unused")[:-3]  # the kgw executable (or python -m gateway.cli)
+    """(topic, operation) ACLs for User:ANONYMOUS, offline, before the gateway starts."""
     for topic, operation in acls:
-        subprocess.run([*kgw, "acls", "--data-dir", str(data_dir), "--principal", "User:ANONYMOUS",
-                        "--operation", operation, "--topic", topic, "add"],
-                       check=True, env=gateway_env(), capture_output=True, timeout=60)
+        add_acl(data_dir, "--operation", operation, "--topic", topic)
 
 
 @pytest.fixture

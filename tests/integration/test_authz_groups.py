@@ -17,14 +17,14 @@ from __future__ import annotations
 import io
 import socket
 import struct
-import subprocess
-import sys
 import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+
+from tests.support.acls import seed_acls
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import GroupAuthorizationFailedError
@@ -34,7 +34,6 @@ from kio.static.primitive import i16, i32, i64
 
 from protocol.apis.groups import _blank, nested
 from protocol.codecs import decode_response, encode, request_class
-from tests.support.cluster import gateway_env
 
 pytestmark = pytest.mark.integration
 
@@ -45,14 +44,6 @@ TIMEOUTS = dict(request_timeout_ms=15000, reconnect_backoff_max_ms=500, retry_ba
 # tansu stalls group joins unless the timeouts are short.
 GROUP_TIMEOUTS = dict(session_timeout_ms=6000, heartbeat_interval_ms=1000, max_poll_interval_ms=10000)
 N = 5
-
-
-def seed_acls(data_dir: Path, *acls: list[str]) -> None:
-    for args in acls:
-        cmd = [sys.executable, "-m", "gateway.cli", "acls", "add", "--data-dir", str(data_dir),
-               "--principal", ANON, *args]
-        done = subprocess.run(cmd, env=gateway_env(), capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
 
 
 def start(start_gateway, tmp_path: Path, name: str, *acls: list[str]):

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import socket
 import struct
-import subprocess
 import time
 import warnings
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
+
+from tests.support.acls import add_acl
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
@@ -37,7 +37,6 @@ from kio.static.primitive import i8, i32, i64
 
 from gateway.upstream import encode_request
 from protocol.codecs import decode_response, make, request_class
-from tests.support.cluster import gateway_argv, gateway_env
 
 pytestmark = pytest.mark.integration
 
@@ -64,12 +63,9 @@ class Names:
 
 
 def seed_acls(data_dir: Path, prefix: str, *operations: str) -> None:
-    """``kgw acls add`` (PREFIXED, User:ANONYMOUS), offline, before the gateway starts."""
-    kgw = gateway_argv("unused")[:-3]
+    """PREFIXED topic ACLs for User:ANONYMOUS, offline, before the gateway starts."""
     for op in operations:
-        subprocess.run([*kgw, "acls", "--data-dir", str(data_dir), "--principal", "User:ANONYMOUS",
-                        "--operation", op, "--topic", prefix, "--prefixed", "add"],
-                       check=True, env=gateway_env(), capture_output=True, timeout=60)
+        add_acl(data_dir, "--operation", op, "--topic", prefix, "--prefixed")
 
 
 def upstream_topics(tansu) -> set[str]:

@@ -18,35 +18,25 @@ import io
 import re
 import socket
 import struct
-import subprocess
-import sys
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+
+from tests.support.acls import seed_acls
 from kio.schema.request_header.v2.header import RequestHeader as H2
 from kio.serial import entity_writer
 from kio.static.primitive import i16, i32, i64
 
 from protocol.apis.registry import REGISTRY
 from protocol.codecs import decode_response, encode, request_class
-from tests.support.cluster import gateway_env
 
 pytestmark = pytest.mark.integration
 
 AUTHORIZER = {"authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer", "config": {}}}
 ANON = "User:ANONYMOUS"
 T = 15
-
-
-def seed_acls(data_dir: Path, *acls: list[str]) -> None:
-    """``kgw acls add`` once per ACL, offline, before the gateway starts."""
-    for args in acls:
-        cmd = [sys.executable, "-m", "gateway.cli", "acls", "add", "--data-dir", str(data_dir),
-               "--principal", ANON, *args]
-        done = subprocess.run(cmd, env=gateway_env(), capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
 
 
 def start(start_gateway, tmp_path: Path, name: str, *acls: list[str]):

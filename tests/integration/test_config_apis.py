@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import urllib.request
 import warnings
 from pathlib import Path
 
 import pytest
+
+from tests.support.acls import add_acl
 import trio
 from confluent_kafka.admin import (
     AdminClient,
@@ -42,7 +43,7 @@ with warnings.catch_warnings():
     from kafka.admin import ConfigResourceType as KType
     from kafka.admin import NewTopic as KNewTopic
 
-from tests.support.cluster import TANSU_NODE_ID, gateway_env
+from tests.support.cluster import TANSU_NODE_ID
 from tests.support.java import compile_java, java_tools, kafka_classpath
 from tests.support.processes import run_tool
 from tests.unit.gateway.test_connection import RawClient
@@ -69,9 +70,7 @@ def _kgw() -> list[str]:
 
 
 def seed_acl(data_dir: Path, *resource: str, operation: str) -> None:
-    subprocess.run([*_kgw(), "acls", "--data-dir", str(data_dir), "--principal", "User:ANONYMOUS",
-                    "--operation", operation, *resource, "add"],
-                   check=True, env=gateway_env(), capture_output=True, timeout=60)
+    add_acl(data_dir, "--operation", operation, *resource)
 
 
 def create_upstream_topic(tansu, name: str) -> None:

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import trio
 from kio.static.primitive import i8
 
 from protocol.codecs import request_class
+from tests.support.acls import add_acl
 from tests.unit.gateway.test_connection import RawClient
 
 pytestmark = pytest.mark.integration
 
-KGW = [str(Path(sys.executable).parent / "kgw")]
 TOPIC, PRINCIPAL, ALLOW, DESCRIBE, LITERAL = 2, "User:ANONYMOUS", 3, 8, 3
 
 
@@ -41,8 +38,7 @@ async def _topic_error(client: RawClient, corr: int, topic: str) -> int:
 
 async def test_grant_and_revoke_apply_to_an_open_connection_and_are_audited(start_gateway, tmp_path, topic_name):
     data_dir = tmp_path / "live" / "metadata"
-    subprocess.run([*KGW, "acls", "add", "--data-dir", str(data_dir), "--principal", PRINCIPAL, "--cluster",
-                    "--operation", "ALTER"], check=True, capture_output=True)
+    add_acl(data_dir, "--cluster", "--operation", "ALTER", principal=PRINCIPAL)
     gw = start_gateway({"authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer"}}, name="live")
     host, port = gw.bootstrap.rsplit(":", 1)
     client = RawClient(await trio.open_tcp_stream(host, int(port)))

@@ -4,7 +4,6 @@ in front of a scripted upstream (tests/unit/protocol/config_upstream.py)."""
 from __future__ import annotations
 
 import logging
-import uuid
 
 import pytest
 import trio

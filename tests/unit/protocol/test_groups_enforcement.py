@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import io
 import ipaddress
-import logging
 import re
 import uuid
 from datetime import timedelta
 
 import pytest
-from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 from kio.static.primitive import i16, i32, i64
 
