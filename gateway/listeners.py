@@ -27,7 +27,7 @@ import trio
 from gateway.connection import ClientConnection
 from gateway.authentication import ListenerSecurity
 from gateway.logs import fields
-from gateway.routing import ListenerNodeMap, node_bind_port
+from gateway.routing import ListenerNodeMap
 
 if TYPE_CHECKING:
     from gateway.server import Gateway
@@ -88,7 +88,7 @@ class Listener:
     def _open_node_port(self, node_id: int) -> None:
         if node_id in self._node_ports or self._nursery is None:
             return
-        port = node_bind_port(self.config.broker_port_base, node_id)
+        port = self.config.node_bind_port(node_id)
         if port is None:
             log.error("listener %s cannot expose upstream broker %d: port %d+%d is out of range",
                       self.name, node_id, self.config.broker_port_base, node_id)

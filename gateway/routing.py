@@ -23,17 +23,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gateway.listeners import Listener
 
-__all__ = ["ListenerNodeMap", "node_bind_port", "node_advertised_address"]
+__all__ = ["ListenerNodeMap"]
 
-
-def node_bind_port(broker_port_base: int, node_id: int) -> int | None:
-    port = broker_port_base + node_id
-    return port if 0 < port <= 65535 and node_id >= 0 else None
-
-
-def node_advertised_address(host: str, advertised_broker_port_base: int, node_id: int) -> tuple[str, int] | None:
-    port = node_bind_port(advertised_broker_port_base, node_id)
-    return None if port is None else (host, port)
+# The mapping itself is ``ListenerConfig.node_bind_port`` / ``node_advertised_address``
+# (configs/gateway_config.py), so the YAML model and the gateway cannot disagree.
 
 
 class ListenerNodeMap:
@@ -48,5 +41,5 @@ class ListenerNodeMap:
     def advertise(self, node_id: int) -> tuple[str, int] | None:
         if not self._listener.has_node_port(node_id):
             return None
-        cfg = self._listener.config
-        return node_advertised_address(cfg.advertised_host, cfg.advertised_broker_port_base, node_id)
+        address = self._listener.config.node_advertised_address(node_id)
+        return None if address is None else (address.host, address.port)
