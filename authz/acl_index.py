@@ -320,8 +320,17 @@ class _Section:
         self.prefixed = prefixed
         self.prefix_lengths = tuple(sorted({len(p) for p in prefixed}, reverse=True))
         self.groups = groups
-        #: derived-value cache; summaries of groups a change did not touch are carried over
+        #: derived values, built before publication (``warm``); a change carries over the
+        #: summaries of the groups it did not touch
         self.summaries: dict[_GroupKey, GroupSummary] = summaries if summaries is not None else {}
+
+    def warm(self, keys: Iterable[_GroupKey] | None = None) -> "_Section":
+        """Build the by-resource-type summaries now (of ``keys``, or of every group), so that
+        ``authorize_by_resource_type`` never pays for them on a request.  Called before the
+        section is published, i.e. on the ACL-change path, not the request path."""
+        for key in self.groups if keys is None else keys:
+            self.summary(key)
+        return self
 
     def summary(self, key: _GroupKey) -> GroupSummary | None:
         found = self.summaries.get(key)
@@ -566,7 +575,7 @@ def _build_section(acls: list[StandardAcl]) -> _Section:
         {n: {p: tuple(v) for p, v in b.items()} for n, b in literal.items()},
         {n: {p: tuple(v) for p, v in b.items()} for n, b in prefixed.items()},
         {k: tuple(v) for k, v in groups.items()},
-    )
+    ).warm()
 
 
 def _changed_section(old: _Section | None, adds: list[StandardAcl], drops: list[StandardAcl]) -> _Section:
@@ -622,7 +631,7 @@ def _changed_section(old: _Section | None, adds: list[StandardAcl], drops: list[
     # A group's summary depends only on that group's ACLs: keep the ones this change left alone,
     # so authorize_by_resource_type stays warm across ACL changes.
     summaries = {k: v for k, v in old.summaries.items() if k not in group_changes} if old is not None else {}
-    return _Section(literal, prefixed, groups, summaries)
+    return _Section(literal, prefixed, groups, summaries).warm(k for k in group_changes if k in groups)
 
 
 def _candidates_in(section: _Section, name: str | None, pattern_type: PatternType) -> Iterator[StandardAcl]:
