@@ -20,6 +20,7 @@ from gateway.server import Gateway
 from gateway.upstream import encode_request
 from protocol.codecs import decode_response, request_class
 from protocol.framing import NEED_DATA, FrameDecoder
+from tests.support.ports import free_port_base
 from tests.unit.gateway.fake_broker import NODE_ID, FakeBroker
 
 
@@ -70,9 +71,7 @@ def _md_request(version=12):
 @pytest.fixture
 async def setup(nursery, tmp_path):
     broker = await nursery.start(FakeBroker().serve)
-    with trio.socket.socket() as probe:
-        await probe.bind(("127.0.0.1", 0))
-        base = probe.getsockname()[1] + 7 - NODE_ID
+    base = free_port_base((NODE_ID,))  # base + NODE_ID is free, below the ephemeral range
     config = parse_config({
         "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "advertised_host": "127.0.0.1",
                        "broker_port_base": base}],

@@ -26,6 +26,7 @@ from configs.policies import PolicyViolation, load_policies
 from gateway.dynamic_config import INSTANCE_SCOPE, DynamicConfigManager, manager_for
 from gateway.server import Gateway
 from protocol.codecs import nested, request_class
+from tests.support.ports import free_port_base
 from tests.unit.gateway.fake_broker import NODE_ID
 from tests.unit.gateway.test_connection import RawClient
 from tests.unit.protocol.config_upstream import ConfigBroker
@@ -68,9 +69,7 @@ class Env:
                     acls=()):
         if self.broker is None:
             self.broker = await self.nursery.start(ConfigBroker(alter_configs=alter_configs).serve)
-        with trio.socket.socket() as probe:
-            await probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1] + 11 - NODE_ID
+        base = free_port_base((NODE_ID,))  # base + NODE_ID is free, below the ephemeral range
         raw = {
             "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "advertised_host": "127.0.0.1",
                            "broker_port_base": base}],
