@@ -133,6 +133,7 @@ class ClientConnection:
         self.principal = ANONYMOUS  # replaced by authentication on TLS/SASL listeners
         self.auth = None  # ConnectionAuth, set when the connection starts
         self._pending: deque[_Slot] = deque()
+        self._queued: list[memoryview] = []
         self._in_flight: deque[_Slot] = deque()  # forwarded, awaiting the upstream
         self._sending = False
         self._space = trio.Event()
@@ -181,7 +182,7 @@ class ClientConnection:
     async def _read_client(self) -> None:
         decoder = FrameDecoder(self.gw.config.limits.max_frame_bytes)
         bytes_in = self._metrics.bytes_in.labels(self._listener_name)
-        to_upstream: list[memoryview] = []
+        to_upstream = self._queued  # frames to forward, sent together once a chunk is parsed
         while True:
             data = await _receive(self.stream, decoder)
             if not data:
@@ -341,7 +342,11 @@ class ClientConnection:
         await self._flush()
 
     async def _wait_for_space(self) -> None:
+        """Back-pressure: at most ``max_in_flight_per_connection`` responses outstanding."""
         while len(self._pending) >= self._max_in_flight:
+            if self._queued:  # requests still waiting to be sent can't be answered: send them first
+                await self._send_upstream(self._queued)
+                self._queued.clear()
             self._space = trio.Event()
             await self._space.wait()
 

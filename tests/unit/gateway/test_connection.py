@@ -210,3 +210,20 @@ async def test_dead_upstream_closes_connection_instead_of_hanging(nursery, tmp_p
     await client.send(16, 4, 1, request_class(16, 4)(states_filter=()))
     with trio.fail_after(5):
         assert await client.receive_frame() is None
+
+
+async def test_more_pipelined_requests_than_the_in_flight_limit_are_all_answered(nursery, tmp_path):
+    broker = await nursery.start(FakeBroker().serve)
+    config = parse_config({
+        "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "broker_port_base": free_port_base((NODE_ID,))}],
+        "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 5000},
+        "limits": {"max_in_flight_per_connection": 3},
+        "admin": None,
+        "metadata": {"path": str(tmp_path / "meta")},
+    })
+    port = (await nursery.start(Gateway(config).run)).listeners["T"][1]
+    client = await RawClient.connect(port)
+    frames = b"".join(encode_request(16, 4, corr, request_class(16, 4)(states_filter=())) for corr in range(10))
+    await client.stream.send_all(frames)  # ten requests in one write: they arrive in one chunk
+    with trio.fail_after(4):  # far below the upstream timeout: no request waits for a deadline
+        assert [(await client.receive(16, 4))[0] for _ in range(10)] == list(range(10))
