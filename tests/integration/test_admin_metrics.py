@@ -40,6 +40,7 @@ def test_metrics_count_requests_connections_and_authorizer_decisions(start_gatew
     assert _value(text, "kgw_connections_total", listener="EXTERNAL") >= 1
     assert _value(text, "kgw_bytes_in_total", listener="EXTERNAL") > 0
     assert _value(text, "kgw_upstream_latency_seconds_count", api="Metadata") >= 1
+    assert _value(text, "kgw_authorizer_authorization_requests_total", listener="EXTERNAL") >= 2
     assert _value(text, "kgw_authorizer_authorization_allowed_total", listener="EXTERNAL") >= 1
     assert _value(text, "kgw_authorizer_authorization_denied_total", listener="EXTERNAL") >= 1
     assert _get(gw.admin_url + "/healthz")[0] == 200
