@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import socket
 import sys
@@ -72,7 +73,33 @@ def cmd_run(args) -> int:
         print(f"kgw: invalid configuration:\n{e}", file=sys.stderr)
         return 2
     configure_logging(config.logging.level, config.logging.format, config.audit.log_level)
-    trio.run(_run_until_signal, lambda: _serve(config))
+    return _run_main(lambda: _serve(config))
+
+
+def _leaves(exc: BaseException):
+    """The exceptions inside (nested) exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
+
+
+def _run_main(main_fn) -> int:
+    """Run until a signal; a failure (a locked metadata log, a port in use, an authorizer or
+    principal builder that will not load, a bad certificate file...) is reported in one line
+    per cause and exit status 1, not as a traceback (``KGW_DEBUG=1`` shows it)."""
+    try:
+        trio.run(_run_until_signal, main_fn)
+    except (Exception, BaseExceptionGroup) as group:  # noqa: BLE001 - the top of the program
+        causes = [e for e in _leaves(group) if not isinstance(e, (KeyboardInterrupt, trio.Cancelled))]
+        if not causes:
+            return 0
+        for e in causes:
+            print(f"kgw: cannot run: {type(e).__name__}: {e}", file=sys.stderr)
+        if os.environ.get("KGW_DEBUG"):
+            raise
+        return 1
     return 0
 
 
@@ -97,8 +124,7 @@ def cmd_demo(args) -> int:
         },
         source="<demo>",
     )
-    trio.run(_run_until_signal, lambda: _demo(config, broker_port, args.topic))
-    return 0
+    return _run_main(lambda: _demo(config, broker_port, args.topic))
 
 
 async def _demo(config, broker_port: int, topic: str) -> None:

@@ -77,7 +77,11 @@ class Listener:
 
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open the bootstrap socket and node sockets; report started once accepting."""
-        sock = _bind(self.config.host, self.config.port)
+        try:
+            sock = _bind(self.config.host, self.config.port)
+        except OSError as e:
+            raise OSError(e.errno, f"listener {self.name} cannot bind {self.config.host}:{self.config.port}: "
+                                   f"{e.strerror or e}") from None
         self.bound_port = sock.getsockname()[1]
         async with trio.open_nursery() as nursery:
             self._nursery = nursery

@@ -55,3 +55,16 @@ def test_bad_config_exits_2(tmp_path):
     assert rc == 2, proc.describe_failure(f"expected exit code 2, got {rc}")
     assert proc.stderr_tail().strip(), "a bad config must explain itself on stderr"
     assert "ready" not in proc.stdout_lines
+
+
+def test_a_second_gateway_on_a_locked_metadata_log_says_so_and_exits_1(gateway, tmp_path):
+    """Start-up failures are one clear line and exit status 1, never a traceback."""
+    config = dict(gateway.config)
+    config["listeners"] = [dict(gateway.config["listeners"][0], port=free_port(), broker_port_base=free_port_base())]
+    config["admin"] = None
+    path = write_config(tmp_path / "second.yaml", config)  # same metadata.path as the running gateway
+    with ManagedProcess("kgw-locked", gateway_argv(path), log_dir=tmp_path, env=gateway_env(), cwd=tmp_path).start() as proc:
+        assert proc.wait_exit(30) == 1
+    err = proc.stderr_path.read_text()
+    assert "kgw: cannot run: MetadataStoreLockedError: metadata log directory" in err
+    assert "Traceback" not in err
