@@ -134,6 +134,7 @@ class ClientConnection:
         self.auth = None  # ConnectionAuth, set when the connection starts
         self._pending: deque[_Slot] = deque()
         self._queued: list[memoryview] = []
+        self._enforce_state: dict = {}  # per-connection state of API enforcements (Fetch sessions)
         self._in_flight: deque[_Slot] = deque()  # forwarded, awaiting the upstream
         self._sending = False
         self._space = trio.Event()
@@ -307,7 +308,7 @@ class ClientConnection:
             self._listener_name, self.listener.security_protocol, self.principal, self.client_address,
             header.api_key, header.api_version, header.client_id, header.correlation_id,
         )
-        return AuthHelper(authorizer, context)
+        return AuthHelper(authorizer, context, self._enforce_state)
 
     def _enforce(self, spec: ApiSpec, auth: AuthHelper, header: RequestHeader, body: memoryview,
                  info: RequestInfo) -> Decision:
@@ -454,8 +455,9 @@ class ClientConnection:
                 off += size
         try:
             body = None if rewrite is None else rewrite(header.api_version, frame, off, self.listener.node_map)
-            if slot.merge is not None:
-                body = slot.merge(frame, off) if body is None else slot.merge(body, 0)
+            if slot.merge is not None:  # a merge returning None leaves the response as it is
+                merged = slot.merge(frame, off) if body is None else slot.merge(body, 0)
+                body = merged if merged is not None else body
         except CodecError as e:
             raise CloseConnection(f"cannot rewrite upstream {slot.spec.name} response: {e}", "upstream") from None
         if body is None:

@@ -40,11 +40,14 @@ _ALLOWED = AuthorizationResult.ALLOWED
 
 
 class AuthHelper:
-    __slots__ = ("authorizer", "context")
+    __slots__ = ("authorizer", "context", "connection_state")
 
-    def __init__(self, authorizer: Authorizer | None, context: AuthorizableRequestContext | None) -> None:
+    def __init__(self, authorizer: Authorizer | None, context: AuthorizableRequestContext | None,
+                 connection_state: dict | None = None) -> None:
         self.authorizer = authorizer
         self.context = context
+        #: state an API keeps for the client connection (e.g. Fetch sessions); lives as long as it
+        self.connection_state = connection_state if connection_state is not None else {}
 
     @property
     def enabled(self) -> bool:

@@ -42,21 +42,20 @@ Fetch sessions (KIP-227)
 ------------------------
 Kafka re-authorizes every partition *cached in an incremental fetch session*
 on each fetch, not only the partitions the request lists (fact sheet §1.1 and
-§7 item 5).  A gateway without per-connection session state cannot see the
-cached partitions, so it must not let sessions exist: with an authorizer
-configured, every fetch that would create or use a session (``session_epoch``
-0 or > 0) is sent upstream with ``session_epoch = -1`` (FINAL) and its
-session id unchanged.  KIP-227 defines (id, -1) as "close session *id* if there
-is one, make a full fetch, create no session", so the upstream answers
-``session_id = 0`` and the client, like any client of a broker whose session
-cache is full, falls back to full fetches that list all its partitions — each
-of which kgw authorizes.  Neither side can ever hold a session the other does
-not know about, and a denied partition never diverges the two views of a
-session.  Requests that are already session-less (librdkafka sends (0, -1)) and
-v4-v6 requests (no sessions) are forwarded byte for byte.  The cost: full fetch
-requests and responses (every partition's header each time) instead of
-incremental ones; no records are ever copied for it.  With no authorizer
-configured Fetch is forwarded untouched and sessions work as usual.
+§7 item 5).  kgw keeps, per client connection (``auth.connection_state``),
+the partitions of each session it saw created: a full fetch that creates one
+(epoch 0) is authorized as a whole and forwarded untouched, and the session id
+the upstream assigns is read from its response (no copy); each incremental
+fetch (epoch > 0) updates that set with the request's partitions and forgotten
+topics and authorizes *all* of them, as Kafka does, before forwarding it
+untouched.  Whenever something is denied, or a session kgw does not know is
+used, the fetch is sent with ``session_epoch = -1`` (FINAL) and the session is
+dropped: KIP-227 defines (id, -1) as "close session *id*, make a full fetch,
+create no session", so the upstream answers ``session_id = 0`` and the client
+starts over with a full fetch listing all its partitions, each authorized.
+Neither side can hold a session the other does not know about.  Session-less
+requests (librdkafka sends (0, -1)) and v4-v6 requests are forwarded byte for
+byte.  With no authorizer configured Fetch is forwarded untouched.
 
 Topic ids (v13+)
 ----------------
@@ -303,6 +302,61 @@ def _merger(version: int, errors: list[tuple[_Topic, int]]):
 # ------------------------------------------------------------- enforcement
 
 
+_SESSIONS = "fetch_sessions"  # connection_state key: session id -> {topic name: set of partitions}
+
+
+def _session_after(cached: dict[str, set[int]], request, topics: list[_Topic], version: int,
+                   names: TopicCache) -> dict[str, set[int]] | None:
+    """The session's partitions once this incremental fetch is applied; None if a topic is unknown."""
+    after = {name: set(parts) for name, parts in cached.items()}
+    for t in topics:
+        if t.partitions:
+            if t.name is None:
+                return None
+            after.setdefault(t.name, set()).update(t.partitions)
+    for forgotten in request.forgotten_topics_data:
+        name = names.name_of(forgotten.topic_id) if version >= 13 else forgotten.topic
+        if name in after:
+            after[name].difference_update(forgotten.partitions)
+            if not after[name]:
+                del after[name]
+    return after
+
+
+def _learn_session(sessions: dict, version: int, partitions: dict[str, set[int]]):
+    """A merge that records the session id the upstream created, leaving the response as it is."""
+
+    def merge(buf, off: int) -> None:
+        shape = walk_fetch_response(version, buf, off)
+        if shape.error_code == 0 and shape.session_id != 0:
+            sessions[shape.session_id] = partitions
+        return None
+
+    return merge
+
+
+def _with_session(auth: AuthHelper, header: RequestHeader, body: memoryview, request,
+                  topics: list[_Topic]) -> Decision | None:
+    """Keep a fetch session whose every partition is allowed; None to fall back to session-less."""
+    sessions = auth.connection_state.setdefault(_SESSIONS, {})
+    version = header.api_version
+    if request.session_epoch == 0:  # a new session: this full fetch lists all its partitions
+        sessions.pop(request.session_id, None)
+        partitions = {t.name: set(t.partitions) for t in topics if t.partitions}
+        return Decision(merge=_learn_session(sessions, version, partitions))
+    cached = sessions.pop(request.session_id, None)
+    if cached is None:
+        return None
+    after = _session_after(cached, request, topics, version, topic_ids.LEARNED)
+    if after is None:
+        return None
+    allowed = auth.filter(ResourceType.TOPIC, AclOperation.READ, {n: len(p) for n, p in after.items()})
+    if len(allowed) != len(after):
+        return None
+    sessions[request.session_id] = after
+    return FORWARD
+
+
 def _sessionless(header: RequestHeader, body: memoryview, request) -> Decision:
     """Forward as is, or with session_epoch -1 if the request would create or use a session."""
     if not _uses_session(header.api_version, request):
@@ -332,7 +386,13 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
     denied = [(t, TOPIC_AUTHORIZATION_FAILED) for t in topics if t.partitions and t.name is not None
               and t.name not in allowed]
     if not unknown and not denied:
+        if _uses_session(version, request):
+            kept_session = _with_session(auth, header, body, request, topics)
+            if kept_session is not None:
+                return kept_session
         return _sessionless(header, body, request)
+    if version >= 7:
+        auth.connection_state.get(_SESSIONS, {}).pop(request.session_id, None)
     errors = unknown + denied  # Kafka: unknown ids are found first, then the auth check
     kept = tuple(e for e, t in zip(request.topics, topics) if t.name is not None and t.name in allowed)
     if not any(e.partitions for e in kept):

@@ -259,18 +259,63 @@ def test_all_allowed_hot_path_cost(capsys):
     assert len(actions) == 2
 
 
-@pytest.mark.parametrize("version,epoch,session_id", [(12, 0, 0), (12, 5, 77), (16, 0, 0), (16, 3, 99), (7, 0, 0)])
-def test_all_allowed_session_fetch_is_forwarded_sessionless(version, epoch, session_id):
+def _sessionless_request(header, frame, decision, request):
     """KIP-227 (id, -1): close the session if any, full fetch, create none; only the epoch changes."""
-    a = authorizer(*READ_ORDERS_AUDIT)
-    request = fetch_request(version, [("orders", [0]), ("audit", [1])], session_id=session_id, epoch=epoch,
-                            forgotten=[("audit", [0])] if epoch > 0 else ())
-    header, frame, decision = enforce(a, version, request)
     assert decision.respond is None and decision.merge is None and decision.close is None
-    assert decode_request(1, version, decision.request, 0) == replace(request, session_epoch=-1)
+    assert decode_request(1, header.api_version, decision.request, 0) == replace(request, session_epoch=-1)
     original = bytes(frame[header.size:])
     changed = [i for i, (x, y) in enumerate(zip(original, decision.request)) if x != y]
     assert len(decision.request) == len(original) and len(changed) <= 4  # the epoch's 4 bytes only
+
+
+def session_enforce(a, version, request, state):
+    frame = frame_of(version, request)
+    header = parse_request_header(frame)
+    auth = AuthHelper(a, helper(a, version).context, state)
+    return header, frame, SPEC.enforce(auth, header, frame, SPEC.inspect(header, frame))
+
+
+@pytest.mark.parametrize("version", [7, 12, 16])
+def test_new_session_is_forwarded_untouched_and_its_id_learned_from_the_response(version):
+    a, state = authorizer(*READ_ORDERS_AUDIT), {}
+    request = fetch_request(version, [("orders", [0]), ("audit", [1])], session_id=0, epoch=0)
+    _, _, decision = session_enforce(a, version, request, state)
+    assert decision.request is None and decision.respond is None and decision.merge is not None
+    body = encode(upstream_response(version, [("orders", [(0, None)])], session_id=77))
+    assert decision.merge(memoryview(body), 0) is None  # the response itself is left as it is
+    assert state["fetch_sessions"] == {77: {"orders": {0}, "audit": {1}}}
+
+
+@pytest.mark.parametrize("version", [12, 16])
+def test_incremental_fetch_reauthorizes_every_cached_partition(version):
+    a = authorizer(*READ_ORDERS_AUDIT)
+    state = {"fetch_sessions": {77: {"orders": {0}, "audit": {1}}}}
+    request = fetch_request(version, [("orders", [2])], session_id=77, epoch=3, forgotten=[("audit", [1])])
+    _, _, decision = session_enforce(a, version, request, state)
+    assert decision is FORWARD
+    assert state["fetch_sessions"] == {77: {"orders": {0, 2}}}
+    actions = a.calls[-1]
+    assert [(x.resource_pattern.name, x.resource_reference_count) for x in actions] == [("orders", 2)]
+
+
+@pytest.mark.parametrize("version", [12, 16])
+def test_a_denied_cached_partition_ends_the_session(version):
+    """The request lists only allowed partitions, but the session also holds a topic now denied."""
+    a = authorizer(acl("orders"))
+    state = {"fetch_sessions": {77: {"orders": {0}, "audit": {1}}}}
+    request = fetch_request(version, [("orders", [0])], session_id=77, epoch=3)
+    header, frame, decision = session_enforce(a, version, request, state)
+    _sessionless_request(header, frame, decision, request)
+    assert 77 not in state["fetch_sessions"]
+
+
+@pytest.mark.parametrize("version,epoch,session_id", [(12, 5, 77), (16, 3, 99)])
+def test_a_session_kgw_did_not_see_created_is_not_continued(version, epoch, session_id):
+    a = authorizer(*READ_ORDERS_AUDIT)
+    request = fetch_request(version, [("orders", [0]), ("audit", [1])], session_id=session_id, epoch=epoch,
+                            forgotten=[("audit", [0])])
+    header, frame, decision = session_enforce(a, version, request, {})
+    _sessionless_request(header, frame, decision, request)
 
 
 def test_no_authorizer_forwards_everything_sessions_included():
