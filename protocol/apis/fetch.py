@@ -335,7 +335,7 @@ def _learn_session(sessions: dict, version: int, partitions: dict[str, set[int]]
     return merge
 
 
-def _with_session(auth: AuthHelper, header: RequestHeader, body: memoryview, request,
+def _with_session(auth: AuthHelper, header: RequestHeader, request,
                   topics: list[_Topic]) -> Decision | None:
     """Keep a fetch session whose every partition is allowed; None to fall back to session-less."""
     sessions = auth.connection_state.setdefault(_SESSIONS, {})
@@ -387,7 +387,7 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
               and t.name not in allowed]
     if not unknown and not denied:
         if _uses_session(version, request):
-            kept_session = _with_session(auth, header, body, request, topics)
+            kept_session = _with_session(auth, header, request, topics)
             if kept_session is not None:
                 return kept_session
         return _sessionless(header, body, request)
