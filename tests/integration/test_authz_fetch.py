@@ -14,8 +14,6 @@ Metadata and is actually fetched, and the denial comes from Fetch).
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 import uuid
 import warnings
@@ -24,6 +22,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+
+from tests.support.raw_kafka import RawConnection
 
 from tests.support.acls import add_acl
 
@@ -37,8 +37,7 @@ with warnings.catch_warnings():  # kafka-python's schema loader warns on import
 from kio.schema.metadata.v12 import request as metadata12
 from kio.static.primitive import i8, i32, i64
 
-from gateway.upstream import encode_request
-from protocol.codecs import decode_response, make, nested, request_class
+from protocol.codecs import make, nested, request_class
 
 pytestmark = pytest.mark.integration
 
@@ -93,35 +92,6 @@ def authz_gateway(start_gateway, topics, tmp_path):
 # -- a raw Kafka client ---------------------------------------------------------------
 
 
-class Raw:
-    def __init__(self, address: str) -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=15)
-        self.correlation_id = 0
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def _read(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("connection closed")
-            data += chunk
-        return data
-
-    def call(self, api_key: int, version: int, body):
-        """Send one request; return (response body bytes, decoded response)."""
-        self.correlation_id += 1
-        self.sock.sendall(encode_request(api_key, version, self.correlation_id, body))
-        (size,) = struct.unpack(">i", self._read(4))
-        frame = self._read(size)
-        assert struct.unpack_from(">i", frame)[0] == self.correlation_id
-        off = 5 if request_class(api_key, version).__flexible__ and api_key != 18 else 4
-        return frame[off:], decode_response(api_key, version, frame, off)
-
-
 def fetch_request(version: int, keys, session_epoch: int = 0):
     cls = request_class(1, version)
     topic_cls = nested(cls, "topics")
@@ -147,9 +117,9 @@ def partitions(response, field="topic"):
 
 
 def topic_ids(address: str, *names: str) -> dict[str, uuid.UUID]:
-    raw = Raw(address)
+    raw = RawConnection(address)
     try:
-        _body, md = raw.call(3, 12, metadata12.MetadataRequest(
+        _body, md = raw.call_raw(3, 12, metadata12.MetadataRequest(
             topics=tuple(metadata12.MetadataRequestTopic(topic_id=None, name=n) for n in names),
             allow_auto_topic_creation=False, include_topic_authorized_operations=False))
         return {t.name: t.topic_id for t in md.topics}
@@ -161,13 +131,13 @@ def topic_ids(address: str, *names: str) -> dict[str, uuid.UUID]:
 
 
 def test_fetch_v12_mixed_allowed_records_byte_identical_denied_29(authz_gateway, tansu, topics):
-    direct = Raw(tansu.bootstrap)
-    via = Raw(authz_gateway.bootstrap)
+    direct = RawConnection(tansu.bootstrap)
+    via = RawConnection(authz_gateway.bootstrap)
     try:
         # what tansu itself answers for A alone
-        _b, alone = direct.call(1, 12, fetch_request(12, [topics.a], session_epoch=-1))
+        _b, alone = direct.call_raw(1, 12, fetch_request(12, [topics.a], session_epoch=-1))
         # through kgw: A and B, asking for a new fetch session (epoch 0)
-        _b, resp = via.call(1, 12, fetch_request(12, [topics.b, topics.a], session_epoch=0))
+        _b, resp = via.call_raw(1, 12, fetch_request(12, [topics.b, topics.a], session_epoch=0))
     finally:
         direct.close()
         via.close()
@@ -183,9 +153,9 @@ def test_fetch_v12_mixed_allowed_records_byte_identical_denied_29(authz_gateway,
 
 
 def test_fetch_only_denied_topic_is_answered_by_kgw(authz_gateway, topics):
-    via = Raw(authz_gateway.bootstrap)
+    via = RawConnection(authz_gateway.bootstrap)
     try:
-        _b, resp = via.call(1, 12, fetch_request(12, [topics.b]))
+        _b, resp = via.call_raw(1, 12, fetch_request(12, [topics.b]))
     finally:
         via.close()
     [(name, p)] = partitions(resp).items()
@@ -196,9 +166,9 @@ def test_fetch_v16_by_ids_kgw_has_not_learned_gets_unknown_topic_id(authz_gatewa
     """No Metadata response has passed through this gateway, so it cannot name the ids (fact sheet:
     unknown topic id -> 100 before the auth check); nothing is forwarded, nothing leaks."""
     ids = topic_ids(tansu.bootstrap, topics.a, topics.b)
-    via = Raw(authz_gateway.bootstrap)
+    via = RawConnection(authz_gateway.bootstrap)
     try:
-        _b, resp = via.call(1, 16, fetch_request(16, [ids[topics.a], ids[topics.b]]))
+        _b, resp = via.call_raw(1, 16, fetch_request(16, [ids[topics.a], ids[topics.b]]))
     finally:
         via.close()
     got = partitions(resp, "topic_id")
@@ -245,9 +215,9 @@ def test_kafka_python_consumer_fetch_v12_gets_a_records_and_authorization_error_
 def test_fetch_v16_by_ids_after_metadata_through_kgw(authz_gateway, tansu, topics):
     ids = topic_ids(authz_gateway.bootstrap, topics.a, topics.b)  # B visible: DESCRIBE
     assert ids == topic_ids(tansu.bootstrap, topics.a, topics.b)
-    via = Raw(authz_gateway.bootstrap)
+    via = RawConnection(authz_gateway.bootstrap)
     try:
-        _b, resp = via.call(1, 16, fetch_request(16, [ids[topics.b], ids[topics.a]], session_epoch=0))
+        _b, resp = via.call_raw(1, 16, fetch_request(16, [ids[topics.b], ids[topics.a]], session_epoch=0))
     finally:
         via.close()
     got = partitions(resp, "topic_id")

@@ -14,9 +14,6 @@ offset are written straight to tansu, so these tests depend only on the group fa
 
 from __future__ import annotations
 
-import io
-import socket
-import struct
 import time
 import uuid
 from datetime import timedelta
@@ -24,16 +21,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.raw_kafka import call
+
 from tests.support.acls import seed_acls
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import GroupAuthorizationFailedError
 from kafka.structs import OffsetAndMetadata
-from kio.serial import entity_writer
-from kio.static.primitive import i16, i32, i64
+from kio.static.primitive import i32, i64
 
 from protocol.apis.groups import _blank, nested
-from protocol.codecs import decode_response, encode, request_class
+from protocol.codecs import request_class
 
 pytestmark = pytest.mark.integration
 
@@ -49,34 +47,6 @@ N = 5
 def start(start_gateway, tmp_path: Path, name: str, *acls: list[str]):
     seed_acls(tmp_path / name / "metadata", *acls)
     return start_gateway(AUTHORIZER, name=name)
-
-
-def call(bootstrap: str, api_key: int, version: int, body, correlation_id: int = 11):
-    """One request/response on a fresh connection."""
-    header_cls = type(body).__header_schema__
-    flexible = type(body).__flexible__
-    host, port = bootstrap.rsplit(":", 1)
-    out = io.BytesIO()
-    entity_writer(header_cls)(out, header_cls(request_api_key=i16(api_key), request_api_version=i16(version),
-                                              correlation_id=i32(correlation_id), client_id="kgw-it-groups"))
-    out.write(encode(body))
-    payload = out.getvalue()
-    with socket.create_connection((host, int(port)), timeout=T) as s:
-        s.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", _read(s, 4))[0]
-        data = _read(s, size)
-    assert struct.unpack(">i", data[:4])[0] == correlation_id
-    return decode_response(api_key, version, data, 5 if flexible and api_key != 18 else 4)
-
-
-def _read(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return buf
 
 
 def prepare_topic(tansu, topic: str, group: str | None) -> list[tuple[int, bytes, bytes]]:

@@ -15,14 +15,14 @@ AdminClient, kafka-python) and raw requests then show:
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.raw_kafka import RawConnection
 
 from tests.support.acls import add_acl
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -35,8 +35,7 @@ with warnings.catch_warnings():  # kafka-python's schema loader warns on import
 
 from kio.static.primitive import i8, i32, i64
 
-from gateway.upstream import encode_request
-from protocol.codecs import decode_response, make, request_class
+from protocol.codecs import make, request_class
 
 pytestmark = pytest.mark.integration
 
@@ -110,34 +109,6 @@ def admin_for(gateway) -> AdminClient:
     return AdminClient({"bootstrap.servers": gateway.bootstrap, "client.id": "kgw-it-authz", **COMMON})
 
 
-class Raw:
-    def __init__(self, address: str) -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=T)
-        self.correlation_id = 0
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def _read(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("connection closed")
-            data += chunk
-        return data
-
-    def call(self, api_key: int, version: int, body):
-        self.correlation_id += 1
-        self.sock.sendall(encode_request(api_key, version, self.correlation_id, body))
-        (size,) = struct.unpack(">i", self._read(4))
-        frame = self._read(size)
-        assert struct.unpack_from(">i", frame)[0] == self.correlation_id
-        off = 5 if request_class(api_key, version).__flexible__ else 4
-        return decode_response(api_key, version, frame, off)
-
-
 def metadata_request(version: int, topics):
     cls = request_class(3, version)
     tcls = cls.__dataclass_fields__["topics"].type.__args__[0].__args__[0]
@@ -160,7 +131,7 @@ def test_metadata_lists_only_allowed_topics(gw, names):
     err = md.topics[names.no1].error
     assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
-    raw = Raw(gw.bootstrap)
+    raw = RawConnection(gw.bootstrap)
     try:
         resp = raw.call(3, 12, metadata_request(12, [names.no1, names.ok1, names.no + "missing"]))
         assert [(t.name, t.error_code) for t in resp.topics] == [
@@ -213,7 +184,7 @@ def test_list_offsets_allowed_and_denied(gw, names):
     request = make(cls, replica_id=i32(-1), isolation_level=i8(0), topics=tuple(
         tcls(name=n, partitions=(make(pcls, partition_index=i32(0), current_leader_epoch=i32(-1),
                                       timestamp=i64(-1)),)) for n in (names.no1, names.ok1)))
-    raw = Raw(gw.bootstrap)
+    raw = RawConnection(gw.bootstrap)
     try:
         resp = raw.call(2, 7, request)
     finally:

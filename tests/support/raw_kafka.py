@@ -1,41 +1,67 @@
-"""One raw Kafka request/response on a fresh socket, for tests that need exact versions."""
+"""Raw Kafka requests over a plain socket, for tests that need exact API versions.
+
+Headers are chosen the way a client would (request header v1/v2 by the version's
+flexibility; ApiVersions responses always use response header v0).
+"""
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 
-from kio.schema.request_header.v2.header import RequestHeader as H2
-from kio.serial import entity_writer
-from kio.static.primitive import i16, i32
-
-from protocol.codecs import decode_response, encode
+from gateway.upstream import encode_request
+from protocol.codecs import decode_response, request_class
 
 T = 15
 
-
-def call(bootstrap: str, api_key: int, version: int, body, correlation_id: int = 11):
-    """One request/response on a fresh connection (flexible header v2, response header v1)."""
-    host, port = bootstrap.rsplit(":", 1)
-    out = io.BytesIO()
-    entity_writer(H2)(out, H2(request_api_key=i16(api_key), request_api_version=i16(version),
-                              correlation_id=i32(correlation_id), client_id="kgw-it"))
-    out.write(encode(body))
-    payload = out.getvalue()
-    with socket.create_connection((host, int(port)), timeout=T) as s:
-        s.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", _read(s, 4))[0]
-        data = _read(s, size)
-    assert struct.unpack(">i", data[:4])[0] == correlation_id
-    return decode_response(api_key, version, data, 5)  # correlation id + empty tagged fields
+__all__ = ["RawConnection", "call"]
 
 
-def _read(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return buf
+def _body_offset(api_key: int, version: int) -> int:
+    return 5 if request_class(api_key, version).__flexible__ and api_key != 18 else 4
+
+
+class RawConnection:
+    """One connection; requests get increasing correlation ids, each checked on the response."""
+
+    def __init__(self, address: str, timeout: float = T) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.correlation_id = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "RawConnection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _read(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError(f"connection closed after {len(data)} of {n} bytes")
+            data += chunk
+        return data
+
+    def call_raw(self, api_key: int, version: int, body, correlation_id: int | None = None):
+        """Send one request; return (response body bytes, decoded response)."""
+        self.correlation_id = correlation_id if correlation_id is not None else self.correlation_id + 1
+        self.sock.sendall(encode_request(api_key, version, self.correlation_id, body))
+        (size,) = struct.unpack(">i", self._read(4))
+        frame = self._read(size)
+        assert struct.unpack_from(">i", frame)[0] == self.correlation_id
+        off = _body_offset(api_key, version)
+        return frame[off:], decode_response(api_key, version, frame, off)
+
+    def call(self, api_key: int, version: int, body, correlation_id: int | None = None):
+        return self.call_raw(api_key, version, body, correlation_id)[1]
+
+
+def call(address: str, api_key: int, version: int, body, correlation_id: int = 11):
+    """One request/response on a fresh connection."""
+    with RawConnection(address) as conn:
+        return conn.call(api_key, version, body, correlation_id)
