@@ -49,39 +49,30 @@ class FastStream:
             self._unparked = 0
             await trio.lowlevel.checkpoint()
 
-    async def receive_some(self, max_bytes: int) -> bytes:
+    async def _read(self, read, want: int):
+        """Call ``read()`` (a non-blocking read returning bytes or a count) until it succeeds."""
         if self._drained:
             self._unparked = 0
             await trio.lowlevel.wait_readable(self._fd)
         while True:
             try:
-                data = os.read(self._fd, max_bytes)
+                got = read()
             except BlockingIOError:
                 self._unparked = 0
                 await trio.lowlevel.wait_readable(self._fd)
                 continue
             except OSError as e:
                 raise trio.BrokenResourceError(e) from e
-            self._drained = 0 < len(data) < max_bytes
+            size = got if isinstance(got, int) else len(got)
+            self._drained = 0 < size < want
             await self._fair()
-            return data
+            return got
+
+    async def receive_some(self, max_bytes: int) -> bytes:
+        return await self._read(lambda: os.read(self._fd, max_bytes), max_bytes)
 
     async def receive_into(self, buffer: memoryview) -> int:
-        if self._drained:
-            self._unparked = 0
-            await trio.lowlevel.wait_readable(self._fd)
-        while True:
-            try:
-                n = os.readv(self._fd, (buffer,))
-            except BlockingIOError:
-                self._unparked = 0
-                await trio.lowlevel.wait_readable(self._fd)
-                continue
-            except OSError as e:
-                raise trio.BrokenResourceError(e) from e
-            self._drained = 0 < n < len(buffer)
-            await self._fair()
-            return n
+        return await self._read(lambda: os.readv(self._fd, (buffer,)), len(buffer))
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
