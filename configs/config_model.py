@@ -385,6 +385,9 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
     add(ConfigDef("max.in.flight.requests.per.connection", ConfigType.INT,
                   "Requests a client may have outstanding on one connection.", "1000",
                   source_path="limits.max_in_flight_per_connection"), config.limits.max_in_flight_per_connection)
+    add(ConfigDef("data.plane.thread.enable", ConfigType.BOOLEAN,
+                  "Serve plain-TCP connections' forwarding path on a dedicated epoll thread.", "true",
+                  source_path="io.data_plane_thread"), config.io.data_plane_thread)
     admin = config.admin
     add(ConfigDef("admin.listener", ConfigType.STRING, "Admin HTTP endpoint (host:port); empty = disabled.",
                   "127.0.0.1:9190", source_path="admin.host,admin.port"),

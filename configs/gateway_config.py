@@ -57,6 +57,7 @@ __all__ = [
     "ClientAuth",
     "ConfigError",
     "GatewayConfig",
+    "IoConfig",
     "LimitsConfig",
     "ListenerConfig",
     "ListenerSaslConfig",
@@ -286,6 +287,16 @@ class LimitsConfig:
 
 
 @_model
+class IoConfig:
+    """How client connections are served."""
+
+    data_plane_thread: bool = True
+    """Serve the forwarding path of plain-TCP connections (client and upstream both
+    without TLS) on one dedicated epoll thread instead of Trio's scheduler; TLS
+    connections and requests kgw answers itself stay on Trio.  See gateway/data_plane.py."""
+
+
+@_model
 class AdminConfig:
     """Admin HTTP endpoint (/metrics, /healthz, /readyz)."""
 
@@ -447,6 +458,8 @@ class GatewayConfig:
     """The Kafka cluster behind the gateway."""
     limits: LimitsConfig = LimitsConfig()
     """Per-connection protocol limits."""
+    io: IoConfig = IoConfig()
+    """How client connections are served (the data-plane thread)."""
     admin: AdminConfig | None = AdminConfig()
     """Admin HTTP endpoint; None (YAML `admin: null`) disables it."""
     authorizer: AuthorizerConfig = AuthorizerConfig()
@@ -886,6 +899,11 @@ def _limits(ctx: _Ctx, r: _Reader) -> LimitsConfig:
     )
 
 
+@_section(IoConfig)
+def _io(ctx: _Ctx, r: _Reader) -> IoConfig:
+    return IoConfig(data_plane_thread=r("data_plane_thread", _bool, True))
+
+
 @_section(AdminConfig)
 def _admin(ctx: _Ctx, r: _Reader) -> AdminConfig:
     return AdminConfig(host=r("host", _HOST, "127.0.0.1"), port=r("port", _BIND_PORT, 9190))
@@ -1002,6 +1020,7 @@ def _gateway(ctx: _Ctx, raw: Mapping[str, Any]) -> GatewayConfig:
         listeners=r("listeners", _list(_listener)),
         upstream=r("upstream", _upstream),
         limits=r.section("limits", _limits),
+        io=r.section("io", _io),
         admin=r("admin", _admin, None) if "admin" in raw else AdminConfig(),
         authorizer=r.section("authorizer", _authorizer),
         metadata=r.section("metadata", _metadata),

@@ -18,6 +18,15 @@ Tasks in the nursery:
   request in flight (a broker answers in order), rewrites it if the API says so,
   and completes its slot.
 
+Data plane: when the upstream connection opens and both sockets are plain TCP,
+the client reader returns and :meth:`_serve_in_data_plane` hands the
+connection to :mod:`gateway.data_plane` (one epoll thread for all such
+connections), which calls :meth:`dispatch_sync` and :meth:`_complete` itself;
+the Trio task then only runs the requests that need ``await`` (the lane pauses
+meanwhile, and ``_flush``/``_send_upstream`` leave the I/O to it) and closes the
+sockets when the lane ends.  Slot deadlines use ``time.monotonic()`` because
+that thread cannot read Trio's clock.
+
 Ordering: every request that expects a response gets a :class:`_Slot` appended
 to ``_pending`` in arrival order, whether kgw answers it or the upstream does.
 :meth:`_flush` sends completed slots from the head only, so responses leave in
@@ -38,6 +47,7 @@ import ipaddress
 import logging
 import math
 import struct
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -56,6 +66,7 @@ from protocol.codecs import CodecError, decode_request, encode, make, response_c
 from protocol.framing import NEED_DATA, FrameDecoder, FrameError
 from protocol.headers import HeaderError, RequestHeader, parse_request_header, read_uvarint, response_header
 from gateway.authentication import AuthenticationFailed
+from gateway.data_plane import Lane
 from gateway.fast_io import FastStream, fast_stream
 from gateway.logs import fields
 from gateway.sasl import SaslStateError
@@ -64,7 +75,7 @@ from gateway.upstream import UpstreamUnavailable, open_upstream
 if TYPE_CHECKING:
     from gateway.listeners import Listener
 
-__all__ = ["ClientConnection", "CloseConnection"]
+__all__ = ["ClientConnection", "CloseConnection", "SLOW"]
 
 log = logging.getLogger("kgw.connection")
 _I32 = struct.Struct(">i")
@@ -92,6 +103,17 @@ async def _receive(stream: trio.SocketStream, decoder: FrameDecoder) -> bytes | 
 
 
 _SASL_KEYS = frozenset({17, 36})
+
+#: :meth:`ClientConnection.dispatch_sync`: this request needs the async path
+SLOW = object()
+
+
+def _trio_deadline(monotonic_deadline: float) -> float:
+    """A ``time.monotonic()`` deadline on Trio's clock (slot deadlines use the former:
+    the data-plane thread cannot read Trio's clock)."""
+    if monotonic_deadline == math.inf:
+        return math.inf
+    return trio.current_time() + (monotonic_deadline - time.monotonic())
 
 
 def _not_a_sasl_listener(header: RequestHeader):
@@ -135,6 +157,7 @@ class ClientConnection:
         self._pending: deque[_Slot] = deque()
         self._queued: list[memoryview] = []
         self._enforce_state: dict = {}  # per-connection state of API enforcements (Fetch sessions)
+        self._no_authorizer = AuthHelper(None, None, self._enforce_state)
         self._in_flight: deque[_Slot] = deque()  # forwarded, awaiting the upstream
         self._sending = False
         self._space = trio.Event()
@@ -145,6 +168,9 @@ class ClientConnection:
         self._request_timeout_s = self.gw.config.upstream.request_timeout_ms / 1000.0
         self._metrics = self.gw.metrics
         self._listener_name = listener.name
+        self._handoff = False  # the upstream is open and both sockets are plain TCP: go to the data plane
+        self._lane: Lane | None = None  # set while the data plane serves this connection
+        self._lane_upstream: list = []  # frames the slow path queued for the upstream while on the data plane
 
     # ------------------------------------------------------------------ entry
     async def run(self) -> None:
@@ -158,7 +184,9 @@ class ClientConnection:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                await self._read_client()
+                decoder = await self._read_client()
+                if decoder is not None:
+                    await self._serve_in_data_plane(decoder)
                 nursery.cancel_scope.cancel()
         except* CloseConnection as group:
             for e in group.exceptions:
@@ -170,6 +198,67 @@ class ClientConnection:
             if self._upstream is not None:
                 await trio.aclose_forcefully(self._upstream)
 
+    async def _serve_in_data_plane(self, decoder: FrameDecoder) -> None:
+        """Let the data-plane thread serve this connection; run its slow requests here.
+
+        Returns at end of stream; raises :class:`CloseConnection` (or BrokenResourceError for
+        a client that went away) like the Trio path, so :meth:`run` logs and counts the same way.
+        """
+        dp = self.gw.data_plane
+        send, receive = trio.open_memory_channel(math.inf)
+        token = trio.lowlevel.current_trio_token()
+
+        def post(message: tuple) -> None:  # called on the data-plane thread
+            try:
+                token.run_sync_soon(send.send_nowait, message)
+            except trio.RunFinishedError:
+                pass
+
+        frames = list(self._queued)
+        self._queued.clear()
+        assert isinstance(self.stream, FastStream) and isinstance(self._upstream, FastStream)
+        lane = Lane(self, self.stream.fileno(), self._upstream.fileno(), decoder, frames, post)
+        self._lane = lane
+        released = False
+        dp.adopt(lane)
+        try:
+            async for message in receive:
+                kind = message[0]
+                if kind == "slow":
+                    to_upstream: list = []
+                    try:
+                        await self._on_request_slow(message[1], to_upstream)
+                    except CloseConnection:
+                        dp.release(lane, flush=True)  # e.g. a failed SASL answer goes out first
+                        await self._until_released(receive)
+                        released = True
+                        raise
+                    frames = self._lane_upstream + to_upstream
+                    self._lane_upstream = []
+                    dp.resume(lane, frames)
+                    continue
+                released = True
+                if kind == "closed":
+                    raise message[1]
+                if kind == "broken":
+                    raise trio.BrokenResourceError("client connection broken")
+                if kind == "eof" and message[1]:
+                    log.info("client closed the connection in the middle of a request (%d bytes buffered)",
+                             message[1], extra=self._fields())
+                return
+        finally:
+            if not released and dp.running:
+                dp.release(lane, flush=False)
+                with trio.CancelScope(shield=True):
+                    with trio.move_on_after(2):
+                        await self._until_released(receive)
+
+    @staticmethod
+    async def _until_released(receive) -> None:
+        async for message in receive:
+            if message[0] != "slow":
+                return
+
     def _fields(self, header: RequestHeader | None = None) -> dict:
         return fields(
             listener=self._listener_name,
@@ -180,7 +269,8 @@ class ClientConnection:
         )
 
     # ----------------------------------------------------------- client side
-    async def _read_client(self) -> None:
+    async def _read_client(self) -> FrameDecoder | None:
+        """Serve requests on Trio; returns the decoder when the connection moves to the data plane."""
         decoder = FrameDecoder(self.gw.config.limits.max_frame_bytes)
         bytes_in = self._metrics.bytes_in.labels(self._listener_name)
         to_upstream = self._queued  # frames to forward, sent together once a chunk is parsed
@@ -200,11 +290,75 @@ class ClientConnection:
                 if frame is NEED_DATA:
                     break
                 await self._on_request(frame, to_upstream)
+                if self._handoff:
+                    return decoder  # frames still buffered are the data plane's now
             if to_upstream:
                 await self._send_upstream(to_upstream)
                 to_upstream.clear()
 
+    def dispatch_sync(self, frame: memoryview, to_upstream) -> object:
+        """Handle a request that needs no ``await``: forwarded (its frame appended to
+        ``to_upstream``) or answered from the enforcement's decision.  Returns False when
+        forwarded, True when a local answer was queued (the caller flushes), or
+        :data:`SLOW` before any side effect when the request needs :meth:`_on_request_slow`.
+        Runs on Trio or on the data-plane thread; it must not touch Trio."""
+        session = self.auth.session
+        if session is not None and (session.expects_raw_token or not session.authenticated):
+            return SLOW
+        body = frame[4:]
+        try:
+            header = parse_request_header(body)
+        except HeaderError:
+            return SLOW
+        api_key = header.api_key
+        spec = REGISTRY.get(api_key)
+        if spec is None or spec.answered_locally or api_key == 18 or api_key in _SASL_KEYS:
+            return SLOW
+        advertised = self.gw.advertised_cached
+        if advertised is None or self._upstream is None or len(self._pending) >= self._max_in_flight:
+            return SLOW
+        self.client_id = header.client_id
+        self._metrics.request(self._listener_name, spec.name).inc()
+        allowed = advertised.get(api_key)
+        if allowed is None or not allowed.min <= header.api_version <= allowed.max:
+            raise self._unsupported(spec, header, allowed)
+        try:
+            info = spec.inspect(header, body)
+        except CodecError as e:
+            raise CloseConnection(f"malformed {spec.name} v{header.api_version} request: {e}", "decode") from None
+        decision = self._enforce(spec, self._auth_helper(header), header, body, info)
+        if decision.close is not None:
+            raise CloseConnection(decision.close, "denied")
+        if decision.respond is not None:
+            self._pending.append(self._local_slot(header, spec, decision.respond))
+            return True
+        if decision.request is not None:
+            frame = self._rebuilt(body, header, decision.request)
+        if info.expects_response:
+            self._track(header, spec, info, decision.merge)
+        to_upstream.append(frame)
+        return False
+
+    def _unsupported(self, spec: ApiSpec, header: RequestHeader, allowed) -> CloseConnection:
+        return CloseConnection(
+            f"{spec.name} v{header.api_version} is not supported through kgw "
+            f"(advertised: {f'v{allowed.min}-v{allowed.max}' if allowed else 'none'})",
+            "unsupported_version",
+        )
+
+    @staticmethod
+    def _rebuilt(body: memoryview, header: RequestHeader, request: bytes) -> memoryview:
+        head = body[: header.size]
+        return memoryview(_I32.pack(len(head) + len(request)) + bytes(head) + request)
+
     async def _on_request(self, frame: memoryview, to_upstream: list[memoryview]) -> None:
+        outcome = self.dispatch_sync(frame, to_upstream)
+        if outcome is SLOW:
+            await self._on_request_slow(frame, to_upstream)
+        elif outcome:
+            await self._flush()
+
+    async def _on_request_slow(self, frame: memoryview, to_upstream: list[memoryview]) -> None:
         body = frame[4:]
         session = self.auth.session
         if session is not None and session.expects_raw_token:
@@ -234,11 +388,7 @@ class ClientConnection:
         advertised = self.gw.advertised_cached or await self._advertised()
         allowed = advertised.get(header.api_key)
         if allowed is None or not allowed.min <= header.api_version <= allowed.max:
-            raise CloseConnection(
-                f"{spec.name} v{header.api_version} is not supported through kgw "
-                f"(advertised: {f'v{allowed.min}-v{allowed.max}' if allowed else 'none'})",
-                "unsupported_version",
-            )
+            raise self._unsupported(spec, header, allowed)
         try:
             info = spec.inspect(header, body)
         except CodecError as e:
@@ -264,8 +414,7 @@ class ClientConnection:
             await self._answer_locally(header, spec, decision.respond)
             return
         if decision.request is not None:
-            head = body[: header.size]
-            frame = memoryview(_I32.pack(len(head) + len(decision.request)) + bytes(head) + decision.request)
+            frame = self._rebuilt(body, header, decision.request)
         await self._forward(header, spec, info, frame, to_upstream, decision.merge)
 
     async def _sasl(self, session, header: RequestHeader, spec: ApiSpec, body: memoryview) -> None:
@@ -303,7 +452,7 @@ class ClientConnection:
     def _auth_helper(self, header: RequestHeader) -> AuthHelper:
         authorizer = self.gw.authorizer
         if authorizer is None:
-            return AuthHelper(None, None)
+            return self._no_authorizer
         context = AuthorizableRequestContext(
             self._listener_name, self.listener.security_protocol, self.principal, self.client_address,
             header.api_key, header.api_version, header.client_id, header.correlation_id,
@@ -334,17 +483,22 @@ class ClientConnection:
         body = build_api_versions(header.api_version, advertised, self.gw.cluster.api_versions_response)
         await self._answer_locally(header, spec, body)
 
-    async def _answer_locally(self, header: RequestHeader, spec: ApiSpec, body: bytes) -> None:
-        await self._wait_for_space()
+    @staticmethod
+    def _local_slot(header: RequestHeader, spec: ApiSpec, body: bytes) -> _Slot:
         slot = _Slot(header, spec)
         head = response_header(header.api_key, header.flexible, header.correlation_id)
         slot.data = _I32.pack(len(head) + len(body)) + head + body
-        self._pending.append(slot)
+        return slot
+
+    async def _answer_locally(self, header: RequestHeader, spec: ApiSpec, body: bytes) -> None:
+        await self._wait_for_space()
+        self._pending.append(self._local_slot(header, spec, body))
         await self._flush()
 
     async def _wait_for_space(self) -> None:
-        """Back-pressure: at most ``max_in_flight_per_connection`` responses outstanding."""
-        while len(self._pending) >= self._max_in_flight:
+        """Back-pressure: at most ``max_in_flight_per_connection`` responses outstanding.
+        (On the data plane a slow request only starts when there is space.)"""
+        while len(self._pending) >= self._max_in_flight and self._lane is None:
             if self._queued:  # requests still waiting to be sent can't be answered: send them first
                 await self._send_upstream(self._queued)
                 self._queued.clear()
@@ -363,18 +517,25 @@ class ClientConnection:
             await self._connect_upstream()
         if info.expects_response:
             await self._wait_for_space()
-            slot = _Slot(header, spec)
-            slot.merge = merge
-            now = trio.current_time()
-            slot.sent_at = now
-            slot.deadline = now + self._request_timeout_s + info.broker_wait_s
-            self._pending.append(slot)
-            self._in_flight.append(slot)
-            if len(self._in_flight) == 1 and self._upstream_scope is not None:
-                self._upstream_scope.deadline = slot.deadline
+            self._track(header, spec, info, merge)
         to_upstream.append(frame)
 
+    def _track(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, merge) -> None:
+        """A forwarded request that expects a response: its place in the response order."""
+        slot = _Slot(header, spec)
+        slot.merge = merge
+        now = time.monotonic()
+        slot.sent_at = now
+        slot.deadline = now + self._request_timeout_s + info.broker_wait_s
+        self._pending.append(slot)
+        self._in_flight.append(slot)
+        if len(self._in_flight) == 1 and self._upstream_scope is not None:
+            self._upstream_scope.deadline = _trio_deadline(slot.deadline)
+
     async def _send_upstream(self, frames: list[memoryview]) -> None:
+        if self._lane is not None:  # a slow request on the data plane: the lane sends when it resumes
+            self._lane_upstream.extend(frames)
+            return
         assert self._upstream is not None
         data = frames[0] if len(frames) == 1 else b"".join(frames)
         try:
@@ -395,6 +556,10 @@ class ClientConnection:
         except UpstreamUnavailable as e:
             raise CloseConnection(str(e), "upstream") from None
         self._upstream = stream = fast_stream(stream)
+        if (self.gw.data_plane is not None and isinstance(stream, FastStream) and isinstance(self.stream, FastStream)
+                and self._lane is None):
+            self._handoff = True  # _read_client returns after this request; the data plane reads the upstream
+            return
         assert self._nursery is not None
         self._nursery.start_soon(self._read_upstream, stream)
 
@@ -404,7 +569,7 @@ class ClientConnection:
         decoder = FrameDecoder(_MAX_RESPONSE)
         in_flight = self._in_flight
         while True:
-            with trio.CancelScope(deadline=in_flight[0].deadline if in_flight else math.inf) as scope:
+            with trio.CancelScope(deadline=_trio_deadline(in_flight[0].deadline) if in_flight else math.inf) as scope:
                 self._upstream_scope = scope
                 while True:
                     data = await _receive(stream, decoder)
@@ -423,16 +588,19 @@ class ClientConnection:
                         self._complete(in_flight.popleft(), frame)
                         completed = True
                     if completed:
-                        scope.deadline = in_flight[0].deadline if in_flight else math.inf
+                        scope.deadline = _trio_deadline(in_flight[0].deadline) if in_flight else math.inf
                         await self._flush()
             self._upstream_scope = None
-            if in_flight and trio.current_time() >= in_flight[0].deadline:
-                slot = in_flight[0]
-                raise CloseConnection(
-                    f"upstream did not answer {slot.spec.name} (correlation id "
-                    f"{slot.header.correlation_id}) within {slot.deadline - slot.sent_at:.1f}s",
-                    "timeout",
-                )
+            if in_flight and time.monotonic() >= in_flight[0].deadline:
+                raise self.timeout_error(in_flight[0])
+
+    @staticmethod
+    def timeout_error(slot: _Slot) -> CloseConnection:
+        return CloseConnection(
+            f"upstream did not answer {slot.spec.name} (correlation id "
+            f"{slot.header.correlation_id}) within {slot.deadline - slot.sent_at:.1f}s",
+            "timeout",
+        )
 
     def _complete(self, slot: _Slot, frame: memoryview) -> None:
         header = slot.header
@@ -441,7 +609,7 @@ class ClientConnection:
             raise CloseConnection(
                 f"upstream answered correlation id {correlation_id}, expected {header.correlation_id}", "upstream"
             )
-        self._metrics.latency(slot.spec.name).observe(trio.current_time() - slot.sent_at)
+        self._metrics.latency(slot.spec.name).observe(time.monotonic() - slot.sent_at)
         rewrite = slot.spec.rewrite_response
         if rewrite is None and slot.merge is None:
             slot.data = frame
@@ -469,7 +637,7 @@ class ClientConnection:
     # ------------------------------------------------------------- responses
     async def _flush(self) -> None:
         """Send completed responses from the head of the queue, in request order."""
-        if self._sending:
+        if self._sending or self._lane is not None:  # on the data plane the lane sends
             return
         self._sending = True
         pending = self._pending

@@ -43,6 +43,9 @@ class FastStream:
         #: next read waits for readiness first instead of making a read that fails with EAGAIN
         self._drained = False
 
+    def fileno(self) -> int:
+        return self._fd
+
     async def _fair(self) -> None:
         self._unparked += 1
         if self._unparked >= _FAIRNESS:

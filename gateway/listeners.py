@@ -26,6 +26,7 @@ import trio
 
 from gateway.connection import ClientConnection
 from gateway.authentication import ListenerSecurity
+from gateway.data_plane import on_trio_thread
 from gateway.logs import fields
 from gateway.routing import ListenerNodeMap
 
@@ -63,6 +64,7 @@ class Listener:
         self.bound_port: int | None = None
         self._node_ports: dict[int, int] = {}
         self._nursery: trio.Nursery | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
         self._connections = 0
         #: dynamic (DescribeConfigs/AlterConfigs may change it at run time)
         self.max_connections: int = config.max_connections
@@ -84,6 +86,7 @@ class Listener:
                                    f"{e.strerror or e}") from None
         self.bound_port = sock.getsockname()[1]
         async with trio.open_nursery() as nursery:
+            self._token = trio.lowlevel.current_trio_token()
             self._nursery = nursery
             nursery.start_soon(self._accept_loop, sock, None)
             self.gateway.cluster.subscribe(self._open_node_port)
@@ -105,7 +108,12 @@ class Listener:
             return
         self._node_ports[node_id] = port
         log.info("listener %s serves upstream broker %d at %s:%d", self.name, node_id, self.config.host, port)
-        self._nursery.start_soon(self._accept_loop, sock, node_id)
+        # Bound and listening now, so the response that revealed the broker may advertise it;
+        # accepting starts on Trio (this may run on the data-plane thread, see gateway/data_plane.py).
+        if on_trio_thread():
+            self._nursery.start_soon(self._accept_loop, sock, node_id)
+        else:
+            self._token.run_sync_soon(self._nursery.start_soon, self._accept_loop, sock, node_id)
 
     async def _accept_loop(self, sock: trio.socket.SocketType, node_id: int | None) -> None:
         with sock:

@@ -20,6 +20,7 @@ from authz.metadata_image import MetadataImage
 from authz.metadata_log import DirectoryMetadataStore
 from gateway.admin_http import serve_admin
 from gateway.auth_failures import AuthFailureTracker
+from gateway.data_plane import DataPlane
 from gateway.dynamic_config import DynamicConfigManager
 from gateway.listeners import Listener
 from gateway.metrics import GatewayMetrics
@@ -53,6 +54,8 @@ class Gateway:
         self._ready: dict[str, bool] = {lc.name: False for lc in config.listeners}
         self._advertised: dict[int, VersionRange] | None = None
         self._advertised_for = None
+        #: the epoll thread serving plain-TCP connections (gateway/data_plane.py); None: all on Trio
+        self.data_plane: DataPlane | None = None
 
     @staticmethod
     def _make_authorizer(config):
@@ -87,6 +90,8 @@ class Gateway:
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
         async with trio.open_nursery() as nursery:
+            if cfg.io.data_plane_thread:
+                await nursery.start(self._run_data_plane)
             await nursery.start(self.cluster.refresh_forever, cfg.upstream.metadata_max_age_ms / 1000)
             if cfg.audit.publish:
                 from authz import audit
@@ -126,6 +131,30 @@ class Gateway:
                 self.metrics.ready.labels(listener.name).set(1)
                 log.info("listener %s accepting on %s:%d", listener.name, listener.config.host, port)
             task_status.started(StartedGateway(bound, admin))
+
+    async def _run_data_plane(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """The data-plane thread lives as long as this task; its failure fails the gateway."""
+        plane = DataPlane()
+        done = trio.Event()
+
+        async def stop_when_cancelled() -> None:
+            try:
+                await done.wait()
+            finally:
+                plane.stop()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop_when_cancelled)
+            self.data_plane = plane
+            task_status.started()
+            try:
+                await trio.to_thread.run_sync(plane.run, thread_name="kgw-data-plane",
+                                              limiter=trio.CapacityLimiter(1))
+            finally:
+                self.data_plane = None
+                done.set()
+            if not plane.stopping:
+                raise RuntimeError("the data-plane thread stopped unexpectedly")
 
     async def _close_on_exit(self, store) -> None:
         try:

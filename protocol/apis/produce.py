@@ -9,16 +9,16 @@ timeout and each topic's name and partition count, and jumps over every
 broker sends no response, so the gateway must not wait for one.
 
 Responses from v10 on may carry ``node_endpoints`` (KIP-951: where the new
-leader of a partition is).  Produce responses hold no records, so they are
-decoded with kio; only when endpoints are present is the body re-encoded with
-gateway addresses.
+leader of a partition is), a tagged field at the very end of the body.
+:func:`has_top_level_tags` walks the response to that point without building
+anything; only a response that carries top-level tagged fields is decoded with
+kio, and only one with endpoints is re-encoded with gateway addresses.
 """
 
 from __future__ import annotations
 
 import io
 import struct
-from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 
@@ -37,7 +37,7 @@ from protocol.codecs import CodecError, decode_response, encode, make, nested, r
 from protocol.headers import RequestHeader
 from protocol.merging import merge_in_request_order
 from protocol.resources import ResourceKind
-from protocol.wire import WalkError, array_len, i16, i32, skip_bytes, skip_string, skip_tagged
+from protocol.wire import WalkError, array_len, i16, i32, skip_bytes, skip_string, skip_tagged, uvarint
 
 __all__ = ["SPECS", "walk_produce_request", "ProduceShape"]
 
@@ -119,13 +119,14 @@ def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceSha
 
 def _inspect(header: RequestHeader, frame: memoryview) -> RequestInfo:
     shape = walk_produce_request(header, frame)
-    resources: Counter[tuple[str, str]] = Counter()
+    resources: dict[tuple[str, str], int] = {}
     for topic in shape.topics:
-        resources[(ResourceKind.TOPIC, topic.name)] += len(topic.partitions)
+        key = (ResourceKind.TOPIC, topic.name)
+        resources[key] = resources.get(key, 0) + len(topic.partitions)
     if shape.transactional_id is not None:
-        resources[(ResourceKind.TRANSACTIONAL_ID, shape.transactional_id)] += 1
+        resources[(ResourceKind.TRANSACTIONAL_ID, shape.transactional_id)] = 1
     return RequestInfo(
-        resources=dict(resources),
+        resources=resources,
         expects_response=shape.acks != 0,
         broker_wait_s=max(shape.timeout_ms, 0) / 1000.0,
         decoded=shape,
@@ -202,8 +203,38 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
     return Decision(request=request, merge=merge)
 
 
+def has_top_level_tags(version: int, frame: memoryview, off: int) -> bool:
+    """Whether a flexible (v9+) Produce response body at ``off`` ends with tagged fields."""
+    try:
+        n_topics, off = uvarint(frame, off)
+        for _ in range(n_topics - 1):
+            if version >= 13:
+                off += 16  # topic id
+            else:
+                n, off = uvarint(frame, off)
+                off += n - 1 if n else 0
+            n_parts, off = uvarint(frame, off)
+            for _ in range(n_parts - 1):
+                off += 4 + 2 + 8 + 8 + 8  # index, error code, base offset, log append time, log start offset
+                n_errors, off = uvarint(frame, off)
+                for _ in range(n_errors - 1):
+                    off += 4  # batch index
+                    n, off = uvarint(frame, off)
+                    off += n - 1 if n else 0
+                    off = skip_tagged(frame, off)
+                n, off = uvarint(frame, off)  # error message
+                off += n - 1 if n else 0
+                off = skip_tagged(frame, off)  # current_leader lives here
+            off = skip_tagged(frame, off)
+        off += 4  # throttle time
+        count, _ = uvarint(frame, off)
+    except WalkError as e:
+        raise CodecError(f"malformed Produce v{version} response: {e}") from None
+    return count != 0
+
+
 def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> bytes | None:
-    if version < 10:
+    if version < 10 or not has_top_level_tags(version, frame, offset):
         return None
     response = decode_response(0, version, frame, offset)
     if not response.node_endpoints:

@@ -31,6 +31,7 @@ class FakeBroker:
         self.port = 0
         self.received: list[tuple[int, int, int]] = []  # (api key, version, correlation id)
         self.hang: set[int] = set()
+        self.close_on: set[int] = set()  # api keys whose request makes the broker drop the connection
         self.delay: dict[int, float] = {}
         self.connections = 0
         self.versions = {0: (3, 11), 3: (0, 12), 16: (0, 5), 18: (0, 3)}
@@ -59,6 +60,10 @@ class FakeBroker:
                     frame = bytes(frame)
                     header = parse_request_header(memoryview(frame)[4:])
                     self.received.append((header.api_key, header.api_version, header.correlation_id))
+                    if header.api_key in self.close_on:
+                        await stream.aclose()
+                        nursery.cancel_scope.cancel()
+                        return
                     if header.api_key == 0 and frame[4 + header.size + 2 : 4 + header.size + 4] == b"\x00\x00":
                         continue  # acks=0 (v3-8 with null txn id): no response
                     prev = order[-1] if order else None

@@ -68,8 +68,14 @@ def _md_request(version=12):
     return cls(**kw)
 
 
+@pytest.fixture(params=[True, False], ids=["data-plane", "trio-only"])
+def data_plane(request) -> bool:
+    """Every test runs with plain-TCP connections on the data-plane thread and all on Trio."""
+    return request.param
+
+
 @pytest.fixture
-async def setup(nursery, tmp_path):
+async def setup(nursery, tmp_path, data_plane):
     broker = await nursery.start(FakeBroker().serve)
     base = free_port_base((NODE_ID,))  # base + NODE_ID is free, below the ephemeral range
     config = parse_config({
@@ -78,6 +84,7 @@ async def setup(nursery, tmp_path):
         "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 1500,
                      "connect_timeout_ms": 1000},
         "limits": {"max_frame_bytes": 4096},
+        "io": {"data_plane_thread": data_plane},
         "admin": None,
         "metadata": {"path": str(tmp_path / "meta")},
     })
@@ -195,10 +202,11 @@ async def test_upstream_that_never_answers_gets_the_connection_closed_after_time
     assert trio.current_time() - start >= 1.4  # request_timeout_ms 1500
 
 
-async def test_dead_upstream_closes_connection_instead_of_hanging(nursery, tmp_path):
+async def test_dead_upstream_closes_connection_instead_of_hanging(nursery, tmp_path, data_plane):
     broker = await nursery.start(FakeBroker().serve)
     config = parse_config({
         "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "broker_port_base": 20000}],
+        "io": {"data_plane_thread": data_plane},
         "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "connect_timeout_ms": 500},
         "admin": None,
         "metadata": {"path": str(tmp_path / "meta")},
@@ -212,9 +220,10 @@ async def test_dead_upstream_closes_connection_instead_of_hanging(nursery, tmp_p
         assert await client.receive_frame() is None
 
 
-async def test_more_pipelined_requests_than_the_in_flight_limit_are_all_answered(nursery, tmp_path):
+async def test_more_pipelined_requests_than_the_in_flight_limit_are_all_answered(nursery, tmp_path, data_plane):
     broker = await nursery.start(FakeBroker().serve)
     config = parse_config({
+        "io": {"data_plane_thread": data_plane},
         "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "broker_port_base": free_port_base((NODE_ID,))}],
         "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 5000},
         "limits": {"max_in_flight_per_connection": 3},
@@ -227,3 +236,91 @@ async def test_more_pipelined_requests_than_the_in_flight_limit_are_all_answered
     await client.stream.send_all(frames)  # ten requests in one write: they arrive in one chunk
     with trio.fail_after(4):  # far below the upstream timeout: no request waits for a deadline
         assert [(await client.receive(16, 4))[0] for _ in range(10)] == list(range(10))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(struct.pack(">i", 5000), id="oversized-length"),
+        pytest.param(struct.pack(">i", 3) + b"\x00\x03\x00", id="truncated-header"),
+        pytest.param(struct.pack(">i", 10) + struct.pack(">hhih", 999, 0, 1, -1), id="unknown-api-key"),
+        pytest.param(struct.pack(">i", 10) + struct.pack(">hhih", 3, 99, 1, -1), id="unknown-version"),
+        pytest.param(struct.pack(">i", 12) + struct.pack(">hhih", 3, 4, 1, -1) + b"\xff\xff", id="garbage-body"),
+    ],
+)
+async def test_bad_input_on_a_connection_already_forwarding_closes_only_it(setup, raw):
+    """The same bad inputs after a forwarded request (on the data plane, once it serves the connection)."""
+    _, gateway, port = setup
+    bystander = await RawClient.connect(port)
+    await bystander.send(3, 12, 1, _md_request())
+    assert (await bystander.receive(3, 12))[0] == 1
+    bad = await RawClient.connect(port)
+    await bad.send(16, 4, 1, request_class(16, 4)(states_filter=()))
+    assert (await bad.receive(16, 4))[0] == 1
+    await bad.stream.send_all(raw)
+    with trio.fail_after(5):
+        assert await bad.receive_frame() is None  # closed, no response
+    await bystander.send(16, 4, 2, request_class(16, 4)(states_filter=()))
+    assert (await bystander.receive(16, 4))[0] == 2
+    errors = {s.labels["reason"] for m in gateway.metrics.registry.collect() if m.name == "kgw_request_errors"
+              for s in m.samples if s.value}
+    assert errors & {"frame", "header", "unknown_api", "unsupported_version", "decode"}
+
+
+async def test_local_answers_between_forwarded_requests_keep_request_order(setup):
+    """ApiVersions (answered by kgw) pipelined among forwarded requests, some slow upstream."""
+    broker, _, port = setup
+    broker.delay[3] = 0.1
+    client = await RawClient.connect(port)
+    await client.send(16, 4, 1, request_class(16, 4)(states_filter=()))
+    assert (await client.receive(16, 4))[0] == 1
+    plan = [(3, 12), (18, 3), (16, 4), (18, 3), (3, 12), (16, 4)]
+    for corr, (key, version) in enumerate(plan, start=10):
+        body = (_md_request() if key == 3 else request_class(16, 4)(states_filter=()) if key == 16
+                else request_class(18, 3)(client_software_name="t", client_software_version="1"))
+        await client.send(key, version, corr, body)
+    with trio.fail_after(5):
+        got = [(await client.receive(key, version))[0] for key, version in plan]
+    assert got == list(range(10, 10 + len(plan)))
+
+
+async def test_upstream_closing_mid_request_closes_the_client_connection(setup):
+    broker, _, port = setup
+    client = await RawClient.connect(port)
+    await client.send(16, 4, 1, request_class(16, 4)(states_filter=()))
+    assert (await client.receive(16, 4))[0] == 1
+    broker.close_on.add(3)  # the broker drops the connection instead of answering Metadata
+    await client.send(3, 12, 2, _md_request())
+    with trio.fail_after(5):
+        assert await client.receive_frame() is None
+
+
+async def test_client_closing_with_requests_in_flight_leaves_others_served(setup):
+    broker, gateway, port = setup
+    broker.delay[3] = 0.3
+    quitter = await RawClient.connect(port)
+    await quitter.send(16, 4, 1, request_class(16, 4)(states_filter=()))
+    assert (await quitter.receive(16, 4))[0] == 1
+    for corr in range(2, 6):
+        await quitter.send(3, 12, corr, _md_request())
+    await quitter.stream.aclose()
+    other = await RawClient.connect(port)
+    await other.send(3, 12, 7, _md_request())
+    with trio.fail_after(5):
+        assert (await other.receive(3, 12))[0] == 7
+
+
+async def test_plain_tcp_connection_moves_to_the_data_plane_once_forwarding(setup, data_plane):
+    _, gateway, port = setup
+    client = await RawClient.connect(port)
+    await client.send(18, 3, 1, request_class(18, 3)(client_software_name="t", client_software_version="1"))
+    await client.receive(18, 3)
+    if data_plane:
+        assert not gateway.data_plane._lanes  # ApiVersions alone: still on Trio, no upstream yet
+    await client.send(16, 4, 2, request_class(16, 4)(states_filter=()))
+    assert (await client.receive(16, 4))[0] == 2
+    if data_plane:
+        (lane,) = set(gateway.data_plane._lanes.values())  # the response came through the lane
+        assert lane.cfd in gateway.data_plane._lanes and lane.ufd in gateway.data_plane._lanes
+    else:
+        assert gateway.data_plane is None

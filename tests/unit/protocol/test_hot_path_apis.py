@@ -16,8 +16,8 @@ from kio.serial import entity_writer
 from kio.static.primitive import i16, i32, i64
 
 from protocol.apis.fetch import SPECS as FETCH, top_level_tags_offset
-from protocol.apis.produce import SPECS as PRODUCE
-from protocol.codecs import CodecError, decode_response, encode
+from protocol.apis.produce import SPECS as PRODUCE, has_top_level_tags
+from protocol.codecs import CodecError, decode_response, encode, make, nested, response_class
 from protocol.headers import parse_request_header
 
 RECORDS = b"\x00" * 61 + b"opaque-record-batch-bytes" * 40
@@ -82,6 +82,38 @@ def test_produce_response_without_endpoints_passes_through():
     resp = produce11r.ProduceResponse(responses=(), throttle_time=timedelta(0), node_endpoints=())
     body = memoryview(encode(resp))
     assert PRODUCE[0].rewrite_response(11, body, 0, FakeNodes()) is None
+
+
+@pytest.mark.parametrize("version", [10, 11, 12, 13])
+@pytest.mark.parametrize("with_endpoints", [False, True])
+def test_produce_response_walker_sees_top_level_tags_past_partition_tags(version, with_endpoints):
+    """Partitions with record errors, messages and a current_leader tag; endpoints only when given."""
+    cls = response_class(0, version)
+    topic_cls = nested(cls, "responses")
+    part_cls = nested(topic_cls, "partition_responses")
+    error_cls, leader_cls = nested(part_cls, "record_errors"), nested(part_cls, "current_leader")
+    parts = tuple(
+        make(part_cls, index=i32(p), error_code=ErrorCode.not_leader_or_follower if p else ErrorCode.none,
+             base_offset=i64(5), log_append_time=None, log_start_offset=i64(0),
+             record_errors=(make(error_cls, batch_index=i32(1), batch_index_error_message="bad"),) if p == 1 else (),
+             error_message="moved" if p else None,
+             current_leader=make(leader_cls, leader_id=i32(2), leader_epoch=i32(7)))
+        for p in range(3))
+    key = {"topic_id": uuid.uuid4()} if version >= 13 else {"name": "t-é"}
+    topics = (make(topic_cls, partition_responses=parts, **key), make(topic_cls, partition_responses=(), **key))
+    endpoints = (make(nested(cls, "node_endpoints"), node_id=i32(111), host="broker", port=i32(9092), rack=None),)
+    body = memoryview(encode(make(cls, responses=topics, throttle_time=timedelta(0),
+                                  node_endpoints=endpoints if with_endpoints else ())))
+    assert has_top_level_tags(version, body, 0) is with_endpoints
+    rewritten = PRODUCE[0].rewrite_response(version, body, 0, FakeNodes())
+    if with_endpoints:
+        got = decode_response(0, version, rewritten, 0)
+        assert [(e.node_id, e.host, e.port) for e in got.node_endpoints] == [(111, "gw.example", 20111)]
+        assert got.responses == decode_response(0, version, body, 0).responses
+    else:
+        assert rewritten is None
+    with pytest.raises(CodecError):
+        has_top_level_tags(version, body[: len(body) // 2], 0)
 
 
 def fetch_response(endpoints):

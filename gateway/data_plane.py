@@ -1,0 +1,453 @@
+"""The data plane: one epoll thread that forwards plain-TCP connections' requests and responses.
+
+Theory of operation
+-------------------
+Trio's scheduler costs a few tens of microseconds of Python per wake-up, and a
+proxied request needs two (the request arrives, its response arrives).  On
+small sequential requests that is most of what a gateway adds to latency
+(docs/benchmarks.md).  So once a connection's client and upstream sockets are
+both plain TCP and its upstream connection is open, :class:`ClientConnection`
+hands it to this thread, which serves the *forwarding path* with a raw
+level-triggered epoll loop and no task switches:
+
+* client readable → frame → :meth:`ClientConnection.dispatch_sync` (the same
+  header parse, registry lookup, inspection and authorization the Trio path
+  uses) → the frame is queued for the upstream, or a locally built answer
+  (e.g. a fully denied Produce) takes its place in the response order;
+* upstream readable → frame → :meth:`ClientConnection._complete` (pairing,
+  rewriting, merging) → responses leave from the head of ``_pending``, so the
+  order is the request order, as on the Trio path.
+
+Everything that needs to ``await`` (ApiVersions, SASL, the ACL and config APIs
+kgw answers itself, a version table not yet fetched) is a *slow request*: the
+lane pauses (neither socket is read), the frame goes to the connection's Trio
+task, which runs the ordinary async path with its I/O redirected to the lane,
+and the lane resumes with whatever that produced.  The connection's state is
+therefore touched by one thread at a time: by the lane while it runs, by the
+Trio task while the lane is paused.
+
+Ownership of the sockets stays with Trio: the lane only reads and writes their
+file descriptors.  It never closes them; when a lane ends (end of stream, a
+protocol error, an upstream deadline, a :class:`CloseConnection` from the slow
+path, gateway shutdown) it unregisters both descriptors and then tells the
+Trio task, which logs, counts and closes exactly as on the Trio path.
+
+Back-pressure: a lane stops reading its client while ``max_in_flight``
+responses are outstanding or bytes wait to go upstream, and stops reading its
+upstream while bytes wait to go to the client; writes that would block are
+queued and finished on EPOLLOUT.  Deadlines: every 100 ms while requests are in
+flight, lanes whose oldest request is past its deadline are closed.  A failure
+inside one lane (even a bug) closes that connection only.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import select
+import threading
+import time
+from typing import TYPE_CHECKING, Callable
+
+import trio
+
+from protocol.framing import NEED_DATA, FrameDecoder, FrameError
+
+if TYPE_CHECKING:
+    from gateway.connection import ClientConnection
+
+__all__ = ["DataPlane", "Lane", "on_trio_thread"]
+
+log = logging.getLogger("kgw.data_plane")
+
+_RECV = 256 * 1024
+_RECV_INTO_MIN = 64 * 1024
+_IOV_MAX = 512
+_TICK = 0.1
+_IN, _OUT = select.EPOLLIN, select.EPOLLOUT
+_BAD = select.EPOLLERR | select.EPOLLHUP
+
+
+class _ClientGone(Exception):
+    """Writing to the client failed: it is gone (logged at DEBUG, as on the Trio path)."""
+
+
+def on_trio_thread() -> bool:
+    """True when called from the thread running Trio (where Trio APIs may be used)."""
+    try:
+        trio.lowlevel.current_trio_token()
+    except RuntimeError:
+        return False
+    return True
+
+
+class Lane:
+    """One client connection while the data plane serves it."""
+
+    __slots__ = ("conn", "cfd", "ufd", "cdec", "udec", "cout", "uout", "paused", "closed", "post",
+                 "cmask", "umask", "bytes_in", "bytes_out", "_owner")
+
+    def __init__(self, conn: "ClientConnection", cfd: int, ufd: int, client_decoder: FrameDecoder,
+                 upstream_frames: list, post: Callable[[tuple], None]) -> None:
+        self.conn = conn
+        self.cfd = cfd
+        self.ufd = ufd
+        self.cdec = client_decoder
+        self.udec = FrameDecoder((1 << 31) - 1)
+        self.cout: collections.deque[memoryview] = collections.deque()
+        self.uout: collections.deque[memoryview] = collections.deque(memoryview(f) for f in upstream_frames)
+        self.paused = False
+        self.closed = False
+        self.post = post  # thread-safe: delivers a message to the connection's Trio task
+        self.cmask = 0
+        self.umask = 0
+        metrics, listener = conn._metrics, conn._listener_name
+        self.bytes_in = metrics.bytes_in.labels(listener)
+        self.bytes_out = metrics.bytes_out.labels(listener)
+
+
+class DataPlane:
+    """The epoll thread.  :meth:`run` is the thread's body; the other public methods are thread-safe."""
+
+    def __init__(self) -> None:
+        self._ep = select.epoll()
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._wake_lock = threading.Lock()
+        self._ep.register(self._wake, _IN)
+        self._commands: collections.deque = collections.deque()
+        self._lanes: dict[int, Lane] = {}  # fd (client or upstream) -> lane
+        self._stop = False
+        self._next_tick = 0.0
+        #: False once :meth:`run` has returned (nothing will answer a release any more)
+        self.running = True
+
+    # ------------------------------------------------------------ thread-safe
+    def call_soon(self, fn: Callable, *args) -> None:
+        self._commands.append((fn, args))
+        with self._wake_lock:  # never write to the eventfd's number once it is closed (and maybe reused)
+            if self._wake >= 0:
+                os.eventfd_write(self._wake, 1)
+
+    def adopt(self, lane: Lane) -> None:
+        self.call_soon(self._adopt, lane)
+
+    def resume(self, lane: Lane, frames: list) -> None:
+        """The slow request is done: ``frames`` go upstream, the lane reads again."""
+        self.call_soon(self._resume, lane, frames)
+
+    def release(self, lane: Lane, flush: bool) -> None:
+        """Stop serving ``lane`` (Trio closes the sockets next); it posts ``("released",)``."""
+        self.call_soon(self._release, lane, flush)
+
+    def stop(self) -> None:
+        self._stop = True
+        self.call_soon(lambda: None)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> None:
+        poll, lanes, commands = self._ep.poll, self._lanes, self._commands
+        try:
+            while not self._stop:
+                timeout = _TICK if lanes else -1
+                try:
+                    events = poll(timeout, 256)
+                except InterruptedError:
+                    continue
+                for fd, ev in events:
+                    lane = lanes.get(fd)
+                    if lane is None:
+                        if fd == self._wake:
+                            try:
+                                os.eventfd_read(self._wake)
+                            except BlockingIOError:
+                                pass
+                        continue
+                    if lane.paused:
+                        continue
+                    try:
+                        if fd == lane.cfd:
+                            self._client_event(lane, ev)
+                        else:
+                            self._upstream_event(lane, ev)
+                        self._set_masks(lane)
+                    except Exception as e:
+                        self._failed(lane, e)
+                while commands:
+                    fn, args = commands.popleft()
+                    fn(*args)
+                if lanes:
+                    now = time.monotonic()
+                    if now >= self._next_tick:
+                        self._next_tick = now + _TICK
+                        self._expire(now)
+        finally:
+            self.running = False
+            for lane in list({id(v): v for v in lanes.values()}.values()):
+                self._end(lane, ("closed", _close_error("gateway is shutting down", "shutdown")))
+            while commands:  # lanes adopted or released after the last pass: answer them too
+                _fn, args = commands.popleft()
+                lane = args[0] if args and isinstance(args[0], Lane) else None
+                if lane is not None and not lane.closed:
+                    lane.closed = True
+                    lane.post(("closed", _close_error("gateway is shutting down", "shutdown")))
+                elif lane is not None:
+                    lane.post(("released",))
+            self._ep.close()
+            with self._wake_lock:
+                os.close(self._wake)
+                self._wake = -1
+
+    def _guarded(self, lane: Lane, fn, *args) -> None:
+        try:
+            fn(*args)
+            self._set_masks(lane)
+        except Exception as e:
+            self._failed(lane, e)
+
+    def _failed(self, lane: Lane, e: Exception) -> None:
+        from gateway.connection import CloseConnection
+
+        if isinstance(e, CloseConnection):
+            self._end(lane, ("closed", e))
+        elif isinstance(e, _ClientGone):
+            self._end(lane, ("broken",))
+        else:  # a bug in one connection's handling must not stop the thread
+            log.error("data plane: connection failed", exc_info=e, extra=lane.conn._fields())
+            self._end(lane, ("closed", _close_error(f"internal error: {type(e).__name__}: {e}", "internal")))
+
+    # -------------------------------------------------------------- commands
+    def _adopt(self, lane: Lane) -> None:
+        self._lanes[lane.cfd] = lane
+        self._lanes[lane.ufd] = lane
+        self._guarded(lane, self._start, lane)
+
+    def _start(self, lane: Lane) -> None:
+        self._process_client(lane)
+
+    def _resume(self, lane: Lane, frames: list) -> None:
+        if lane.closed:
+            return
+        lane.paused = False
+        lane.uout.extend(memoryview(f) for f in frames)
+        self._guarded(lane, self._after_slow, lane)
+
+    def _after_slow(self, lane: Lane) -> None:
+        self._flush_client(lane)
+        self._process_client(lane)
+
+    def _release(self, lane: Lane, flush: bool) -> None:
+        if lane.closed:
+            lane.post(("released",))
+            return
+        if flush:
+            try:
+                self._flush_client(lane)
+            except Exception:
+                pass
+        self._end(lane, ("released",))
+
+    def _end(self, lane: Lane, message: tuple) -> None:
+        if lane.closed:
+            return
+        lane.closed = True
+        for fd, mask in ((lane.cfd, lane.cmask), (lane.ufd, lane.umask)):
+            self._lanes.pop(fd, None)
+            if mask:
+                try:
+                    self._ep.unregister(fd)
+                except (OSError, ValueError):
+                    pass
+        lane.cmask = lane.umask = 0
+        lane.post(message)
+
+    def _expire(self, now: float) -> None:
+        seen = set()
+        for lane in list(self._lanes.values()):
+            if id(lane) in seen or lane.closed:
+                continue
+            seen.add(id(lane))
+            in_flight = lane.conn._in_flight
+            if in_flight and now >= in_flight[0].deadline:
+                self._end(lane, ("closed", lane.conn.timeout_error(in_flight[0])))
+
+    # ---------------------------------------------------------------- events
+    def _client_event(self, lane: Lane, ev: int) -> None:
+        if ev & _OUT and lane.cout:
+            self._write(lane, lane.cfd, lane.cout, lane.bytes_out)
+            if not lane.cout:
+                self._flush_client(lane)
+        if ev & (_IN | _BAD) and lane.cmask & _IN:
+            self._read_client(lane)
+
+    def _upstream_event(self, lane: Lane, ev: int) -> None:
+        if ev & _OUT and lane.uout:
+            self._process_client(lane)  # writes what is queued, then takes more requests
+        if ev & (_IN | _BAD) and lane.umask & _IN and not lane.closed:
+            self._read_upstream(lane)
+
+    def _read_client(self, lane: Lane) -> None:
+        n = _receive(lane.cfd, lane.cdec)
+        if n == 0:
+            dec = lane.cdec
+            self._end(lane, ("eof", dec.buffered if dec.in_frame else 0))
+            return
+        if n > 0:
+            lane.bytes_in.inc(n)
+            self._process_client(lane)
+
+    def _process_client(self, lane: Lane) -> None:
+        """Dispatch buffered client frames and write the upstream queue, until blocked."""
+        from gateway.connection import SLOW, CloseConnection
+
+        conn, dec, uout = lane.conn, lane.cdec, lane.uout
+        pending, limit = conn._pending, conn._max_in_flight
+        answered = False
+        while not lane.closed and not lane.paused:
+            if uout:
+                self._write(lane, lane.ufd, uout, None)
+                if uout:
+                    break  # the upstream is not taking more now: EPOLLOUT resumes us
+            progressed = False
+            while len(pending) < limit:
+                try:
+                    frame = dec.next_frame()
+                except FrameError as e:
+                    raise CloseConnection(str(e), "frame") from None
+                if frame is NEED_DATA:
+                    break
+                progressed = True
+                outcome = conn.dispatch_sync(frame, uout)
+                if outcome is SLOW:
+                    lane.paused = True
+                    lane.post(("slow", frame))
+                    break
+                if outcome:
+                    answered = True
+            if answered and not lane.paused:
+                answered = False
+                self._flush_client(lane)
+            if not progressed and not uout:
+                break
+        if uout and lane.paused:
+            self._write(lane, lane.ufd, uout, None)  # requests before the slow one go out now
+
+    def _read_upstream(self, lane: Lane) -> None:
+        from gateway.connection import CloseConnection
+
+        dec = lane.udec
+        n = _receive(lane.ufd, dec)
+        if n == 0:
+            raise CloseConnection("upstream closed the connection", "upstream")
+        if n < 0:
+            return
+        conn = lane.conn
+        in_flight = conn._in_flight
+        completed = False
+        while True:
+            try:
+                frame = dec.next_frame()
+            except FrameError as e:
+                raise CloseConnection(f"bad frame from upstream: {e}", "upstream") from None
+            if frame is NEED_DATA:
+                break
+            if not in_flight:
+                raise CloseConnection("upstream sent a response nobody asked for", "upstream")
+            conn._complete(in_flight.popleft(), frame)
+            completed = True
+        if completed:
+            self._flush_client(lane)
+            if lane.cdec.buffered and not lane.paused:
+                self._process_client(lane)  # requests held back by max_in_flight may go now
+
+    def _flush_client(self, lane: Lane) -> None:
+        """Move completed responses from the head of ``_pending`` to the client, in order."""
+        pending, cout = lane.conn._pending, lane.cout
+        while pending and pending[0].data is not None:
+            cout.append(memoryview(pending.popleft().data))
+        if cout and not lane.closed:
+            self._write(lane, lane.cfd, cout, lane.bytes_out)
+
+    @staticmethod
+    def _write(lane: Lane, fd: int, out: collections.deque, counter) -> None:
+        while out:
+            try:
+                if len(out) == 1:
+                    sent = os.write(fd, out[0])
+                else:
+                    sent = os.writev(fd, [out[i] for i in range(min(len(out), _IOV_MAX))])
+            except BlockingIOError:
+                return
+            except OSError as e:
+                from gateway.connection import CloseConnection
+
+                if fd == lane.cfd:
+                    raise _ClientGone(str(e)) from None
+                raise CloseConnection(f"upstream connection lost while sending: {e}", "upstream") from None
+            if counter is not None:
+                counter.inc(sent)
+            while sent:
+                head = out[0]
+                if sent >= len(head):
+                    sent -= len(head)
+                    out.popleft()
+                else:
+                    out[0] = head[sent:]
+                    sent = 0
+
+    def _set_masks(self, lane: Lane) -> None:
+        if lane.closed:
+            return
+        if lane.paused:
+            cmask = umask = 0
+        else:
+            conn = lane.conn
+            cmask = _IN if (not lane.uout and len(conn._pending) < conn._max_in_flight) else 0
+            umask = 0 if lane.cout else _IN
+            if lane.uout:
+                umask |= _OUT
+        if lane.cout:
+            cmask |= _OUT if not lane.paused else 0
+        self._apply(lane.cfd, lane.cmask, cmask)
+        lane.cmask = cmask
+        self._apply(lane.ufd, lane.umask, umask)
+        lane.umask = umask
+
+    def _apply(self, fd: int, old: int, new: int) -> None:
+        if old == new:
+            return
+        if new == 0:
+            self._ep.unregister(fd)
+        elif old == 0:
+            self._ep.register(fd, new)
+        else:
+            self._ep.modify(fd, new)
+
+
+def _receive(fd: int, decoder: FrameDecoder) -> int:
+    """Read what is available into ``decoder``; 0 at end of stream, -1 if nothing was there."""
+    space = decoder.partial_space()
+    try:
+        if space is not None and len(space) >= _RECV_INTO_MIN:
+            n = os.readv(fd, (space,))
+            if n:
+                decoder.partial_filled(n)
+            return n
+        data = os.read(fd, _RECV)
+    except BlockingIOError:
+        return -1
+    except ConnectionError:
+        return 0
+    if data:
+        decoder.receive_data(data)
+    return len(data)
+
+
+def _close_error(reason: str, metric: str):
+    from gateway.connection import CloseConnection
+
+    return CloseConnection(reason, metric)
