@@ -171,6 +171,8 @@ class ClientConnection:
         self._handoff = False  # the upstream is open and both sockets are plain TCP: go to the data plane
         self._lane: Lane | None = None  # set while the data plane serves this connection
         self._lane_upstream: list = []  # frames the slow path queued for the upstream while on the data plane
+        #: on the data plane: metric updates made after the bytes went out (counters, (histogram, value))
+        self._deferred: list | None = None
 
     # ------------------------------------------------------------------ entry
     async def run(self) -> None:
@@ -219,6 +221,7 @@ class ClientConnection:
         assert isinstance(self.stream, FastStream) and isinstance(self._upstream, FastStream)
         lane = Lane(self, self.stream.fileno(), self._upstream.fileno(), decoder, frames, post)
         self._lane = lane
+        self._deferred = lane.deferred
         released = False
         dp.adopt(lane)
         try:
@@ -318,7 +321,11 @@ class ClientConnection:
         if advertised is None or self._upstream is None or len(self._pending) >= self._max_in_flight:
             return SLOW
         self.client_id = header.client_id
-        self._metrics.request(self._listener_name, spec.name).inc()
+        counter = self._metrics.request(self._listener_name, spec.name)
+        if self._deferred is None:
+            counter.inc()
+        else:
+            self._deferred.append(counter)
         allowed = advertised.get(api_key)
         if allowed is None or not allowed.min <= header.api_version <= allowed.max:
             raise self._unsupported(spec, header, allowed)
@@ -609,7 +616,10 @@ class ClientConnection:
             raise CloseConnection(
                 f"upstream answered correlation id {correlation_id}, expected {header.correlation_id}", "upstream"
             )
-        self._metrics.latency(slot.spec.name).observe(time.monotonic() - slot.sent_at)
+        if self._deferred is None:
+            self._metrics.latency(slot.spec.name).observe(time.monotonic() - slot.sent_at)
+        else:
+            self._deferred.append((self._metrics.latency(slot.spec.name), time.monotonic() - slot.sent_at))
         rewrite = slot.spec.rewrite_response
         if rewrite is None and slot.merge is None:
             slot.data = frame

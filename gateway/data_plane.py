@@ -86,7 +86,7 @@ class Lane:
     """One client connection while the data plane serves it."""
 
     __slots__ = ("conn", "cfd", "ufd", "cdec", "udec", "cout", "uout", "paused", "closed", "post",
-                 "cmask", "umask", "bytes_in", "bytes_out", "_owner")
+                 "cmask", "umask", "bytes_in", "bytes_out", "n_in", "n_out", "deferred")
 
     def __init__(self, conn: "ClientConnection", cfd: int, ufd: int, client_decoder: FrameDecoder,
                  upstream_frames: list, post: Callable[[tuple], None]) -> None:
@@ -105,12 +105,35 @@ class Lane:
         metrics, listener = conn._metrics, conn._listener_name
         self.bytes_in = metrics.bytes_in.labels(listener)
         self.bytes_out = metrics.bytes_out.labels(listener)
+        #: bytes not yet added to the counters above (added every tick and at the end)
+        self.n_in = 0
+        self.n_out = 0
+        #: metric updates the connection deferred until its bytes were written (see metrics())
+        self.deferred: list = []
+
+    def metrics(self) -> None:
+        deferred = self.deferred
+        for item in deferred:
+            if type(item) is tuple:
+                item[0].observe(item[1])
+            else:
+                item.inc()
+        deferred.clear()
+
+    def count_bytes(self) -> None:
+        if self.n_in:
+            self.bytes_in.inc(self.n_in)
+            self.n_in = 0
+        if self.n_out:
+            self.bytes_out.inc(self.n_out)
+            self.n_out = 0
 
 
 class DataPlane:
     """The epoll thread.  :meth:`run` is the thread's body; the other public methods are thread-safe."""
 
     def __init__(self) -> None:
+        _bind_connection_names()
         self._ep = select.epoll()
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._wake_lock = threading.Lock()
@@ -175,6 +198,8 @@ class DataPlane:
                         else:
                             self._upstream_event(lane, ev)
                         self._set_masks(lane)
+                        if lane.deferred:
+                            lane.metrics()  # after the writes: off the request's latency
                     except Exception as e:
                         self._failed(lane, e)
                 while commands:
@@ -206,12 +231,11 @@ class DataPlane:
         try:
             fn(*args)
             self._set_masks(lane)
+            lane.metrics()
         except Exception as e:
             self._failed(lane, e)
 
     def _failed(self, lane: Lane, e: Exception) -> None:
-        from gateway.connection import CloseConnection
-
         if isinstance(e, CloseConnection):
             self._end(lane, ("closed", e))
         elif isinstance(e, _ClientGone):
@@ -263,6 +287,8 @@ class DataPlane:
                 except (OSError, ValueError):
                     pass
         lane.cmask = lane.umask = 0
+        lane.count_bytes()
+        lane.metrics()
         lane.post(message)
 
     def _expire(self, now: float) -> None:
@@ -271,6 +297,7 @@ class DataPlane:
             if id(lane) in seen or lane.closed:
                 continue
             seen.add(id(lane))
+            lane.count_bytes()
             in_flight = lane.conn._in_flight
             if in_flight and now >= in_flight[0].deadline:
                 self._end(lane, ("closed", lane.conn.timeout_error(in_flight[0])))
@@ -278,7 +305,7 @@ class DataPlane:
     # ---------------------------------------------------------------- events
     def _client_event(self, lane: Lane, ev: int) -> None:
         if ev & _OUT and lane.cout:
-            self._write(lane, lane.cfd, lane.cout, lane.bytes_out)
+            self._write(lane, lane.cfd, lane.cout, True)
             if not lane.cout:
                 self._flush_client(lane)
         if ev & (_IN | _BAD) and lane.cmask & _IN:
@@ -297,22 +324,24 @@ class DataPlane:
             self._end(lane, ("eof", dec.buffered if dec.in_frame else 0))
             return
         if n > 0:
-            lane.bytes_in.inc(n)
+            lane.n_in += n
             self._process_client(lane)
 
     def _process_client(self, lane: Lane) -> None:
-        """Dispatch buffered client frames and write the upstream queue, until blocked."""
-        from gateway.connection import SLOW, CloseConnection
-
-        conn, dec, uout = lane.conn, lane.cdec, lane.uout
-        pending, limit = conn._pending, conn._max_in_flight
-        answered = False
-        while not lane.closed and not lane.paused:
+        """Write what waits for the upstream, then dispatch buffered client frames and write
+        them, until the decoder needs data, max_in_flight is reached or a request is slow."""
+        if lane.closed or lane.paused:
+            return
+        uout = lane.uout
+        if uout:
+            self._write(lane, lane.ufd, uout, False)
             if uout:
-                self._write(lane, lane.ufd, uout, None)
-                if uout:
-                    break  # the upstream is not taking more now: EPOLLOUT resumes us
-            progressed = False
+                return  # the upstream is not taking more now: EPOLLOUT resumes us
+        conn, dec = lane.conn, lane.cdec
+        pending, limit = conn._pending, conn._max_in_flight
+        while True:
+            answered = False
+            frame = None
             while len(pending) < limit:
                 try:
                     frame = dec.next_frame()
@@ -320,7 +349,6 @@ class DataPlane:
                     raise CloseConnection(str(e), "frame") from None
                 if frame is NEED_DATA:
                     break
-                progressed = True
                 outcome = conn.dispatch_sync(frame, uout)
                 if outcome is SLOW:
                     lane.paused = True
@@ -328,17 +356,15 @@ class DataPlane:
                     break
                 if outcome:
                     answered = True
-            if answered and not lane.paused:
-                answered = False
-                self._flush_client(lane)
-            if not progressed and not uout:
-                break
-        if uout and lane.paused:
-            self._write(lane, lane.ufd, uout, None)  # requests before the slow one go out now
+            if uout:
+                self._write(lane, lane.ufd, uout, False)  # (before a slow request: the ones ahead of it)
+            if not answered:
+                return
+            self._flush_client(lane)  # local answers free their slots at once ...
+            if frame is NEED_DATA or lane.paused or lane.closed or uout or len(pending) >= limit:
+                return  # ... so frames held back by max_in_flight may go on
 
     def _read_upstream(self, lane: Lane) -> None:
-        from gateway.connection import CloseConnection
-
         dec = lane.udec
         n = _receive(lane.ufd, dec)
         if n == 0:
@@ -368,36 +394,41 @@ class DataPlane:
         """Move completed responses from the head of ``_pending`` to the client, in order."""
         pending, cout = lane.conn._pending, lane.cout
         while pending and pending[0].data is not None:
-            cout.append(memoryview(pending.popleft().data))
+            cout.append(pending.popleft().data)
         if cout and not lane.closed:
-            self._write(lane, lane.cfd, cout, lane.bytes_out)
+            self._write(lane, lane.cfd, cout, True)
 
     @staticmethod
-    def _write(lane: Lane, fd: int, out: collections.deque, counter) -> None:
+    def _write(lane: Lane, fd: int, out: collections.deque, to_client: bool) -> None:
+        """Write ``out`` (bytes-like chunks) until done or the socket would block."""
         while out:
             try:
                 if len(out) == 1:
-                    sent = os.write(fd, out[0])
+                    head = out[0]
+                    sent = os.write(fd, head)
+                    if sent == len(head):
+                        out.clear()
+                    else:
+                        out[0] = memoryview(head)[sent:]
                 else:
                     sent = os.writev(fd, [out[i] for i in range(min(len(out), _IOV_MAX))])
+                    left = sent
+                    while left:
+                        head = out[0]
+                        if left >= len(head):
+                            left -= len(head)
+                            out.popleft()
+                        else:
+                            out[0] = memoryview(head)[left:]
+                            left = 0
             except BlockingIOError:
                 return
             except OSError as e:
-                from gateway.connection import CloseConnection
-
                 if fd == lane.cfd:
                     raise _ClientGone(str(e)) from None
                 raise CloseConnection(f"upstream connection lost while sending: {e}", "upstream") from None
-            if counter is not None:
-                counter.inc(sent)
-            while sent:
-                head = out[0]
-                if sent >= len(head):
-                    sent -= len(head)
-                    out.popleft()
-                else:
-                    out[0] = head[sent:]
-                    sent = 0
+            if to_client:
+                lane.n_out += sent
 
     def _set_masks(self, lane: Lane) -> None:
         if lane.closed:
@@ -448,6 +479,15 @@ def _receive(fd: int, decoder: FrameDecoder) -> int:
 
 
 def _close_error(reason: str, metric: str):
-    from gateway.connection import CloseConnection
-
     return CloseConnection(reason, metric)
+
+
+CloseConnection: type = Exception  # the real names are bound by _bind_connection_names
+SLOW: object = None                # (gateway.connection imports this module)
+
+
+def _bind_connection_names() -> None:
+    global CloseConnection, SLOW
+    from gateway import connection
+
+    CloseConnection, SLOW = connection.CloseConnection, connection.SLOW

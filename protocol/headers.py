@@ -40,7 +40,7 @@ class HeaderError(Exception):
     """A request header that cannot be parsed; the connection must close."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen __init__ costs a call per field, on every request
 class RequestHeader:
     api_key: int
     api_version: int

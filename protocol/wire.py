@@ -36,6 +36,9 @@ def i32(buf, off: int) -> tuple[int, int]:
 
 def uvarint(buf, off: int) -> tuple[int, int]:
     try:
+        b = buf[off]
+        if b < 0x80:  # one byte: nearly every length and count on the hot path
+            return b, off + 1
         return read_uvarint(buf, off)
     except IndexError:
         raise WalkError("buffer ends inside a varint") from None
@@ -80,6 +83,11 @@ def skip_bytes(buf, off: int, flexible: bool) -> tuple[int, int, int]:
 
 
 def skip_tagged(buf, off: int) -> int:
+    try:
+        if buf[off] == 0:  # no tagged fields: the usual case
+            return off + 1
+    except IndexError:
+        raise WalkError("buffer ends inside tagged fields") from None
     count, off = uvarint(buf, off)
     for _ in range(count):
         _tag, off = uvarint(buf, off)

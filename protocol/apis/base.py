@@ -43,7 +43,7 @@ class NodeMap(Protocol):
         """The gateway address standing for ``node_id`` on this listener, or None if it has none."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built for every request (see protocol/headers.py)
 class RequestInfo:
     resources: TouchedResources = field(default_factory=dict)
     expects_response: bool = True

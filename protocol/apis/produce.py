@@ -37,7 +37,7 @@ from protocol.codecs import CodecError, decode_response, encode, make, nested, r
 from protocol.headers import RequestHeader
 from protocol.merging import merge_in_request_order
 from protocol.resources import ResourceKind
-from protocol.wire import WalkError, array_len, i16, i32, skip_bytes, skip_string, skip_tagged, uvarint
+from protocol.wire import WalkError, array_len, i32, skip_bytes, skip_string, skip_tagged, uvarint
 
 __all__ = ["SPECS", "walk_produce_request", "ProduceShape"]
 
@@ -74,13 +74,23 @@ class ProduceShape:
 def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceShape:
     flexible = header.flexible
     version = header.api_version
+    # One-byte varints (lengths < 127, no tagged fields) are read inline: this runs for every
+    # Produce request, and each helper call costs more than the byte it reads.
     try:
         off = header.size
         txn, off = skip_string(frame, off, flexible)
-        acks, off = i16(frame, off)
-        timeout_ms, off = i32(frame, off)
+        acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, off)
+        off += 6
         topics_at = off
-        n_topics, off = array_len(frame, off, flexible)
+        if flexible:
+            n_topics = frame[off]
+            if n_topics < 0x80:
+                off += 1
+            else:
+                n_topics, off = uvarint(frame, off)
+            n_topics -= 1
+        else:
+            n_topics, off = i32(frame, off)
         topics = []
         transactional = False
         for _ in range(max(n_topics, 0)):
@@ -103,18 +113,27 @@ def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceSha
                 if rec_end - rec_start >= 23 and frame[rec_start + 22] & 0x10:
                     transactional = True
                 if flexible:
-                    off = skip_tagged(frame, off)
+                    if frame[off] == 0:
+                        off += 1
+                    else:
+                        off = skip_tagged(frame, off)
             if flexible:
-                off = skip_tagged(frame, off)
+                if frame[off] == 0:
+                    off += 1
+                else:
+                    off = skip_tagged(frame, off)
             topics.append(TopicSpan(name, partitions, start, off))
         topics_end = off
         if flexible:
             off = skip_tagged(frame, off)
-    except (WalkError, UnicodeDecodeError) as e:
-        raise CodecError(f"malformed Produce v{version} request: {e}") from e
+    except (WalkError, UnicodeDecodeError, IndexError, struct.error) as e:
+        raise CodecError(f"malformed Produce v{version} request: {e or 'buffer ends early'}") from e
     if off != len(frame):
         raise CodecError(f"malformed Produce v{version} request: {len(frame) - off} trailing bytes")
     return ProduceShape(txn, acks, timeout_ms, topics, transactional, topics_at, topics_end)
+
+
+_ACKS_TIMEOUT = struct.Struct(">hi")
 
 
 def _inspect(header: RequestHeader, frame: memoryview) -> RequestInfo:

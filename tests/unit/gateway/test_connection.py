@@ -324,3 +324,31 @@ async def test_plain_tcp_connection_moves_to_the_data_plane_once_forwarding(setu
         assert lane.cfd in gateway.data_plane._lanes and lane.ufd in gateway.data_plane._lanes
     else:
         assert gateway.data_plane is None
+
+
+async def test_denied_requests_beyond_the_in_flight_limit_are_all_answered(nursery, tmp_path, data_plane):
+    """Produce requests kgw answers itself (TOPIC_AUTHORIZATION_FAILED, no ACLs), ten pipelined
+    with max_in_flight 3 after a forwarded request: each local answer frees its slot at once."""
+    broker = await nursery.start(FakeBroker().serve)
+    config = parse_config({
+        "io": {"data_plane_thread": data_plane},
+        "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "broker_port_base": free_port_base((NODE_ID,))}],
+        "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 5000},
+        "limits": {"max_in_flight_per_connection": 3},
+        "authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer", "config": {}},
+        "admin": None,
+        "metadata": {"path": str(tmp_path / "meta")},
+    })
+    port = (await nursery.start(Gateway(config).run)).listeners["T"][1]
+    client = await RawClient.connect(port)
+    await client.send(3, 12, 1, _md_request())  # no topics: forwarded (the connection starts forwarding)
+    assert (await client.receive(3, 12))[0] == 1
+    body = produce8.ProduceRequest(transactional_id=None, acks=i16(1), timeout=timedelta(seconds=1), topic_data=(
+        produce8.TopicProduceData(name="t", partition_data=(produce8.PartitionProduceData(index=i32(0), records=b"\x00" * 70),)),))
+    await client.stream.send_all(b"".join(encode_request(0, 8, corr, body) for corr in range(10, 20)))
+    with trio.fail_after(4):
+        got = [await client.receive(0, 8) for _ in range(10)]
+    assert [corr for corr, _ in got] == list(range(10, 20))
+    assert {p.error_code for _, r in got for t in r.responses for p in t.partition_responses} == {
+        ErrorCode.topic_authorization_failed}
+    assert not any(key == 0 for key, _, _ in broker.received)  # none of them went upstream
