@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, Protocol, runtime_checkable
@@ -113,6 +114,7 @@ class ConfigError(ValueError):
     """An authorizer config value is malformed."""
 
 
+@functools.lru_cache(maxsize=65536)  # one context per request, few distinct client addresses
 def jvm_host_address(address: IPAddress | None) -> str:
     """Format a client IP the way the JVM's ``InetAddress.getHostAddress`` does.
 

@@ -32,6 +32,11 @@ protocol error, an upstream deadline, a :class:`CloseConnection` from the slow
 path, gateway shutdown) it unregisters both descriptors and then tells the
 Trio task, which logs, counts and closes exactly as on the Trio path.
 
+The thread adds no parallelism (the GIL): what it removes is the scheduler
+pass, the task switch and the per-wait epoll_ctl of every request.  Metric
+updates a request causes are made after its bytes were written (``deferred``),
+and byte counters are added every tick, so they stay off the request's path.
+
 Back-pressure: a lane stops reading its client while ``max_in_flight``
 responses are outstanding or bytes wait to go upstream, and stops reading its
 upstream while bytes wait to go to the client; writes that would block are
