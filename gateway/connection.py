@@ -329,8 +329,9 @@ class ClientConnection:
         allowed = advertised.get(api_key)
         if allowed is None or not allowed.min <= header.api_version <= allowed.max:
             raise self._unsupported(spec, header, allowed)
+        inspect = spec.peek if spec.peek is not None and self.gw.authorizer is None else spec.inspect
         try:
-            info = spec.inspect(header, body)
+            info = inspect(header, body)
         except CodecError as e:
             raise CloseConnection(f"malformed {spec.name} v{header.api_version} request: {e}", "decode") from None
         decision = self._enforce(spec, self._auth_helper(header), header, body, info)

@@ -105,7 +105,9 @@ def parse_request_header(frame: memoryview) -> RequestHeader:
     flexible = is_flexible(api_key, api_version)
     if flexible is None:
         raise HeaderError(f"unknown api key {api_key} version {api_version}")
-    if flexible:
+    if flexible and off < len(frame) and frame[off] == 0:
+        off += 1  # no tagged fields: the usual case
+    elif flexible:
         try:
             count, off = read_uvarint(frame, off)
             for _ in range(count):

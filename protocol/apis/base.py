@@ -93,3 +93,6 @@ class ApiSpec:
     answered_locally: bool = False
     enforce: Enforcer | None = None
     answer: LocalAnswer | None = None
+    #: what forwarding alone needs (whether a response comes, how long the broker may hold
+    #: it), used instead of ``inspect`` when no authorizer is configured; None: ``inspect``
+    peek: RequestInspector | None = None

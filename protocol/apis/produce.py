@@ -261,4 +261,15 @@ def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> by
     return encode(replace(response, node_endpoints=rewrite_node_list(response.node_endpoints, nodes)))
 
 
-SPECS = (ApiSpec(0, "Produce", _inspect, _rewrite, enforce=_enforce),)
+def _peek(header: RequestHeader, frame: memoryview) -> RequestInfo:
+    """Without an authorizer only ``acks`` and the timeout matter; the topics are not walked
+    (the broker validates what it parses, as it would without kgw)."""
+    try:
+        _txn, off = skip_string(frame, header.size, header.flexible)
+        acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, off)
+    except (WalkError, UnicodeDecodeError, struct.error) as e:
+        raise CodecError(f"malformed Produce v{header.api_version} request: {e}") from e
+    return RequestInfo(expects_response=acks != 0, broker_wait_s=max(timeout_ms, 0) / 1000.0)
+
+
+SPECS = (ApiSpec(0, "Produce", _inspect, _rewrite, enforce=_enforce, peek=_peek),)

@@ -60,6 +60,7 @@ def _merge(base: ApiSpec | None, spec: ApiSpec) -> ApiSpec:
         answered_locally=spec.answered_locally or base.answered_locally,
         enforce=spec.enforce or base.enforce,
         answer=spec.answer or base.answer,
+        peek=spec.peek or base.peek,
     )
 
 

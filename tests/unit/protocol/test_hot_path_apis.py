@@ -71,6 +71,27 @@ def test_produce_acks_zero_expects_no_response_non_flexible_version():
     assert info.expects_response is False and info.resources == {("TOPIC", "t"): 1}
 
 
+@pytest.mark.parametrize("acks", [0, 1, -1])
+@pytest.mark.parametrize("txn", [None, "tx-1"])
+def test_produce_peek_agrees_with_inspect_on_what_forwarding_needs(acks, txn):
+    """Without an authorizer only acks and the timeout are read; they must match the full walk."""
+    for header_cls, version, body in (
+        (H2, 11, produce_v11(acks=acks, txn=txn)),
+        (H1, 8, produce8.ProduceRequest(transactional_id=txn, acks=i16(acks), timeout=timedelta(seconds=2), topic_data=(
+            produce8.TopicProduceData(name="t", partition_data=(
+                produce8.PartitionProduceData(index=i32(0), records=RECORDS),)),))),
+    ):
+        frame = request_frame(header_cls, 0, version, body)
+        header = parse_request_header(frame)
+        full, peeked = PRODUCE[0].inspect(header, frame), PRODUCE[0].peek(header, frame)
+        assert (peeked.expects_response, peeked.broker_wait_s) == (full.expects_response, full.broker_wait_s)
+        assert peeked.expects_response is (acks != 0)
+    whole = request_frame(H2, 0, 11, produce_v11())
+    short = whole[: parse_request_header(whole).size + 3]  # ends inside the acks/timeout
+    with pytest.raises(CodecError, match="Produce v11"):
+        PRODUCE[0].peek(parse_request_header(short), short)
+
+
 def test_truncated_produce_request_is_a_codec_error():
     frame = request_frame(H2, 0, 11, produce_v11())
     short = frame[: len(frame) - 10]
