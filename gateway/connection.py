@@ -158,6 +158,8 @@ class ClientConnection:
         self._queued: list[memoryview] = []
         self._enforce_state: dict = {}  # per-connection state of API enforcements (Fetch sessions)
         self._no_authorizer = AuthHelper(None, None, self._enforce_state)
+        self._routes: dict[int, object] = {}  # dispatch_sync's per-(api, version) lookups ...
+        self._routes_for = None  # ... valid for this advertised-versions table
         self._in_flight: deque[_Slot] = deque()  # forwarded, awaiting the upstream
         self._sending = False
         self._space = trio.Event()
@@ -313,23 +315,26 @@ class ClientConnection:
             header = parse_request_header(body)
         except HeaderError:
             return SLOW
-        api_key = header.api_key
-        spec = REGISTRY.get(api_key)
-        if spec is None or spec.answered_locally or api_key == 18 or api_key in _SASL_KEYS:
-            return SLOW
         advertised = self.gw.advertised_cached
         if advertised is None or self._upstream is None or len(self._pending) >= self._max_in_flight:
             return SLOW
+        if advertised is not self._routes_for:
+            self._routes = {}
+            self._routes_for = advertised
+        key = header.api_key * 65536 + header.api_version  # unique for int16 versions
+        route = self._routes.get(key)
+        if route is None:
+            route = self._routes[key] = self._route(header.api_key, header.api_version, advertised)
+        if route is SLOW:
+            return SLOW
+        spec, counter, inspect = route
         self.client_id = header.client_id
-        counter = self._metrics.request(self._listener_name, spec.name)
         if self._deferred is None:
             counter.inc()
         else:
             self._deferred.append(counter)
-        allowed = advertised.get(api_key)
-        if allowed is None or not allowed.min <= header.api_version <= allowed.max:
-            raise self._unsupported(spec, header, allowed)
-        inspect = spec.peek if spec.peek is not None and self.gw.authorizer is None else spec.inspect
+        if inspect is None:
+            raise self._unsupported(spec, header, advertised.get(header.api_key))
         try:
             info = inspect(header, body)
         except CodecError as e:
@@ -346,6 +351,19 @@ class ClientConnection:
             self._track(header, spec, info, decision.merge)
         to_upstream.append(frame)
         return False
+
+    def _route(self, api_key: int, api_version: int, advertised) -> object:
+        """What :meth:`dispatch_sync` needs of one API version: SLOW, or (spec, request
+        counter, inspector), the inspector None for a version kgw does not advertise."""
+        spec = REGISTRY.get(api_key)
+        if spec is None or spec.answered_locally or api_key == 18 or api_key in _SASL_KEYS:
+            return SLOW
+        counter = self._metrics.request(self._listener_name, spec.name)
+        allowed = advertised.get(api_key)
+        if allowed is None or not allowed.min <= api_version <= allowed.max:
+            return spec, counter, None
+        inspect = spec.peek if spec.peek is not None and self.gw.authorizer is None else spec.inspect
+        return spec, counter, inspect
 
     def _unsupported(self, spec: ApiSpec, header: RequestHeader, allowed) -> CloseConnection:
         return CloseConnection(
