@@ -26,7 +26,9 @@ Then it measures with confluent-kafka, on each side:
 
 1. produce throughput (1 KiB records, large batches);
 2. consume throughput (assign offset 0, read every record of one produced topic);
-3. p50/p99 latency of one-record produce requests, each followed by ``flush()``;
+3. p50/p99 latency of one-record produce requests, each followed by ``flush()``: side by
+   side (each side alone, best of the repeats) and interleaved (every side in turn, request
+   by request, median of the repeats: all sides see the same moments of a noisy machine);
 4. RSS of each kgw process before and with 1,000 idle client connections (raw TCP,
    one ApiVersions round trip each, then left open; one gateway at a time).
 
@@ -341,6 +343,35 @@ def produce_latency(bootstrap: str, topic: str, n: int, warmup: int, acks: str) 
     return {"requests": n, "p50_ms": q(0.50), "p99_ms": q(0.99), "mean_ms": statistics.fmean(samples) * 1000.0}
 
 
+def produce_latency_interleaved(bootstraps: dict[str, str], topic: str, n: int, warmup: int, acks: str) -> dict:
+    """The latency workload on every side at once, one request per side in turn (the order
+    rotating every round), so all sides see the same moments of a noisy machine."""
+    producers = {s: Producer({**_common(b), "acks": acks, "linger.ms": 0, "enable.idempotence": False})
+                 for s, b in bootstraps.items()}
+    payload = b"x" * 100
+    order = list(bootstraps)
+    samples: dict[str, list[float]] = {s: [] for s in order}
+    try:
+        for i in range(warmup + n):
+            k = i % len(order)
+            for side in order[k:] + order[:k]:
+                p = producers[side]
+                t0 = time.perf_counter()
+                p.produce(topic, payload)
+                if p.flush(10) != 0:
+                    raise BenchError(f"single-record produce via {side} did not complete within 10s")
+                if i >= warmup:
+                    samples[side].append(time.perf_counter() - t0)
+    finally:
+        for p in producers.values():
+            p.flush(1)
+    out = {}
+    for side, v in samples.items():
+        v.sort()
+        out[side] = {"p50_ms": v[len(v) // 2] * 1000.0, "p99_ms": v[min(len(v) - 1, int(0.99 * len(v)))] * 1000.0}
+    return out
+
+
 def _api_versions_request(correlation_id: int) -> bytes:
     client_id = b"kgw-bench-idle"
     body = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
@@ -554,7 +585,7 @@ _ORDERS3 = ([DIRECT, KGW, AUTHZ], [KGW, AUTHZ, DIRECT], [AUTHZ, DIRECT, KGW],
 class Results:
     params: dict
     sides: list = field(default_factory=list)
-    runs: dict = field(default_factory=lambda: {"produce": [], "consume": [], "latency": []})
+    runs: dict = field(default_factory=lambda: {"produce": [], "consume": [], "latency": [], "interleaved": []})
     rss: dict = field(default_factory=dict)
     acls: dict = field(default_factory=dict)
     verify: dict = field(default_factory=dict)
@@ -642,6 +673,13 @@ def run(args) -> Results:
                 per_req = r["gw_cpu_s"] / (args.latency_requests + args.latency_warmup) * 1e6
                 print(f"  latency  {side:9} #{i}: p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  "
                       f"(gateway cpu {per_req:.0f} us/request)", flush=True)
+
+        # 3b. the same latency workload interleaved: every side in turn, request by request
+        for i in range(args.repeat):
+            r = produce_latency_interleaved(boot, "bench-latency", args.latency_requests, args.latency_warmup,
+                                            args.acks)
+            res.runs["interleaved"].append({"repeat": i, **{f"{s}_{k}": v for s in sides for k, v in r[s].items()}})
+            print(f"  interleaved #{i}: " + ", ".join(f"{s} p50 {r[s]['p50_ms']:.3f} ms" for s in sides), flush=True)
 
         # Optional profiling pass (not measured): the gateway side(s) only, py-spy attached.
         if args.profile:
@@ -742,6 +780,10 @@ def summarize(res: Results) -> tuple[str, dict]:
     add("produce latency p50 (ms, 1 record + flush)", {s: lat[s]["p50_ms"] for s in sides}, "{:.3f}",
         {(KGW, DIRECT): le(1.6), (AUTHZ, DIRECT): le(1.6)})
     add("produce latency p99 (ms, same run as p50)", {s: lat[s]["p99_ms"] for s in sides}, "{:.3f}")
+    if res.runs["interleaved"]:
+        inter = {s: statistics.median(r[f"{s}_p50_ms"] for r in res.runs["interleaved"]) for s in sides}
+        add("produce latency p50, interleaved (ms, median of runs)", inter, "{:.3f}",
+            {(KGW, DIRECT): le(1.6), (AUTHZ, DIRECT): le(1.6)})
     gws = [s for s in sides if s != DIRECT]
     n_lat = res.params["latency_requests"] + res.params["latency_warmup"]
     for kind, label in (("produce", "gateway CPU s per GB produced (median)"),
