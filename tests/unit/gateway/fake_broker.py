@@ -32,6 +32,8 @@ class FakeBroker:
         self.received: list[tuple[int, int, int]] = []  # (api key, version, correlation id)
         self.hang: set[int] = set()
         self.close_on: set[int] = set()  # api keys whose request makes the broker drop the connection
+        self.produce_bytes: list[int] = []
+        self.read_pause = 0.0  # seconds between socket reads: a broker slower than its clients  # size of the records of each Produce partition received
         self.delay: dict[int, float] = {}
         self.connections = 0
         self.versions = {0: (3, 11), 3: (0, 12), 16: (0, 5), 18: (0, 3)}
@@ -49,6 +51,8 @@ class FakeBroker:
             send_lock = trio.StrictFIFOLock()
             order: list[trio.Event] = []
             while True:
+                if self.read_pause:
+                    await trio.sleep(self.read_pause)
                 try:
                     data = await stream.receive_some(65536)
                 except trio.BrokenResourceError:
@@ -60,6 +64,10 @@ class FakeBroker:
                     frame = bytes(frame)
                     header = parse_request_header(memoryview(frame)[4:])
                     self.received.append((header.api_key, header.api_version, header.correlation_id))
+                    if header.api_key == 0:
+                        request = decode_request(0, header.api_version, memoryview(frame)[4:], header.size)
+                        self.produce_bytes += [len(p.records or b"") for t in request.topic_data
+                                               for p in t.partition_data]
                     if header.api_key in self.close_on:
                         await stream.aclose()
                         nursery.cancel_scope.cancel()

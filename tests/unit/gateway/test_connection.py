@@ -352,3 +352,33 @@ async def test_denied_requests_beyond_the_in_flight_limit_are_all_answered(nurse
     assert {p.error_code for _, r in got for t in r.responses for p in t.partition_responses} == {
         ErrorCode.topic_authorization_failed}
     assert not any(key == 0 for key, _, _ in broker.received)  # none of them went upstream
+
+
+async def test_large_pipelined_produce_requests_all_reach_the_broker_in_order(nursery, tmp_path, data_plane):
+    """Twenty 512 KiB Produce requests in one burst: more than the sockets buffer, so sending
+    upstream blocks part-way (the gateway must stop reading the client, finish the write later
+    and keep every byte and the order)."""
+    broker = await nursery.start(FakeBroker().serve)
+    config = parse_config({
+        "io": {"data_plane_thread": data_plane},
+        "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "broker_port_base": free_port_base((NODE_ID,))}],
+        "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 10000},
+        "admin": None,
+        "metadata": {"path": str(tmp_path / "meta")},
+    })
+    port = (await nursery.start(Gateway(config).run)).listeners["T"][1]
+    client = await RawClient.connect(port)
+    await client.send(16, 4, 1, request_class(16, 4)(states_filter=()))
+    assert (await client.receive(16, 4))[0] == 1
+    broker.read_pause = 0.005  # ~13 MB/s: the burst outruns it, so the gateway's upstream writes block
+    records = bytes(range(256)) * 2048  # 512 KiB, a recognisable pattern
+    body = produce8.ProduceRequest(transactional_id=None, acks=i16(1), timeout=timedelta(seconds=5), topic_data=(
+        produce8.TopicProduceData(name="big", partition_data=(produce8.PartitionProduceData(index=i32(0), records=records),)),))
+    burst = b"".join(encode_request(0, 8, corr, body) for corr in range(100, 120))
+    async with trio.open_nursery() as inner:
+        inner.start_soon(client.stream.send_all, burst)
+        with trio.fail_after(20):
+            got = [(await client.receive(0, 8))[0] for _ in range(20)]
+    assert got == list(range(100, 120))
+    assert [c for key, _, c in broker.received if key == 0] == list(range(100, 120))
+    assert broker.produce_bytes == [len(records)] * 20  # each request's records arrived whole
