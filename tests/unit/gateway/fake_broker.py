@@ -33,7 +33,8 @@ class FakeBroker:
         self.hang: set[int] = set()
         self.close_on: set[int] = set()  # api keys whose request makes the broker drop the connection
         self.produce_bytes: list[int] = []
-        self.read_pause = 0.0  # seconds between socket reads: a broker slower than its clients  # size of the records of each Produce partition received
+        self.read_pause = 0.0
+        self.extra_nodes: tuple[int, ...] = ()  # more node ids in Metadata, all at this broker's address  # seconds between socket reads: a broker slower than its clients  # size of the records of each Produce partition received
         self.delay: dict[int, float] = {}
         self.connections = 0
         self.versions = {0: (3, 11), 3: (0, 12), 16: (0, 5), 18: (0, 3)}
@@ -115,7 +116,8 @@ class FakeBroker:
         if key == 3:
             cls = response_class(3, version)
             broker_cls = cls.__dataclass_fields__["brokers"].type.__args__[0]
-            kw = {"brokers": (broker_cls(node_id=i32(NODE_ID), host="127.0.0.1", port=i32(self.port), rack=None),),
+            kw = {"brokers": tuple(broker_cls(node_id=i32(n), host="127.0.0.1", port=i32(self.port), rack=None)
+                                   for n in (NODE_ID, *self.extra_nodes)),
                   "topics": ()}
             if version >= 12:
                 return encode(md12.MetadataResponse(throttle_time=timedelta(0), cluster_id="fake",

@@ -382,3 +382,31 @@ async def test_large_pipelined_produce_requests_all_reach_the_broker_in_order(nu
     assert got == list(range(100, 120))
     assert [c for key, _, c in broker.received if key == 0] == list(range(100, 120))
     assert broker.produce_bytes == [len(records)] * 20  # each request's records arrived whole
+
+
+async def test_broker_first_seen_in_a_forwarded_response_gets_its_port_at_once(nursery, tmp_path, data_plane):
+    """A new node id in a Metadata response rewritten on the data plane: its port is bound before
+    the response leaves (it is advertised) and accepting starts on Trio."""
+    broker = await nursery.start(FakeBroker().serve)
+    base = free_port_base((NODE_ID, 7))
+    config = parse_config({
+        "io": {"data_plane_thread": data_plane},
+        "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "advertised_host": "127.0.0.1",
+                       "broker_port_base": base}],
+        "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"]},
+        "admin": None,
+        "metadata": {"path": str(tmp_path / "meta")},
+    })
+    gateway = Gateway(config)
+    port = (await nursery.start(gateway.run)).listeners["T"][1]
+    client = await RawClient.connect(port)
+    await client.send(16, 4, 1, request_class(16, 4)(states_filter=()))
+    assert (await client.receive(16, 4))[0] == 1
+    broker.extra_nodes = (7,)
+    await client.send(3, 12, 2, _md_request())
+    _, resp = await client.receive(3, 12)
+    assert sorted((b.node_id, b.port) for b in resp.brokers) == [(NODE_ID, base + NODE_ID), (7, base + 7)]
+    node7 = await RawClient.connect(base + 7)
+    await node7.send(16, 4, 3, request_class(16, 4)(states_filter=()))
+    with trio.fail_after(5):
+        assert (await node7.receive(16, 4))[0] == 3
