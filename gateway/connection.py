@@ -131,6 +131,14 @@ class CloseConnection(Exception):
         self.metric = metric
 
 
+def next_request(decoder: FrameDecoder) -> memoryview | object:
+    """The next whole request frame from the client, or NEED_DATA; a bad frame closes."""
+    try:
+        return decoder.next_frame()
+    except FrameError as e:
+        raise CloseConnection(str(e), "frame") from None
+
+
 class _Slot:
     __slots__ = ("header", "spec", "data", "sent_at", "deadline", "merge")
 
@@ -287,13 +295,7 @@ class ClientConnection:
                              decoder.buffered, extra=self._fields())
                 return
             bytes_in.inc(len(data))
-            while True:
-                try:
-                    frame = decoder.next_frame()
-                except FrameError as e:
-                    raise CloseConnection(str(e), "frame") from None
-                if frame is NEED_DATA:
-                    break
+            while (frame := next_request(decoder)) is not NEED_DATA:
                 await self._on_request(frame, to_upstream)
                 if self._handoff:
                     return decoder  # frames still buffered are the data plane's now
@@ -601,19 +603,7 @@ class ClientConnection:
                     data = await _receive(stream, decoder)
                     if not data:
                         raise CloseConnection("upstream closed the connection", "upstream")
-                    completed = False
-                    while True:
-                        try:
-                            frame = decoder.next_frame()
-                        except FrameError as e:
-                            raise CloseConnection(f"bad frame from upstream: {e}", "upstream") from None
-                        if frame is NEED_DATA:
-                            break
-                        if not in_flight:
-                            raise CloseConnection("upstream sent a response nobody asked for", "upstream")
-                        self._complete(in_flight.popleft(), frame)
-                        completed = True
-                    if completed:
+                    if self.complete_responses(decoder):
                         scope.deadline = _trio_deadline(in_flight[0].deadline) if in_flight else math.inf
                         await self._flush()
             self._upstream_scope = None
@@ -627,6 +617,23 @@ class ClientConnection:
             f"{slot.header.correlation_id}) within {slot.deadline - slot.sent_at:.1f}s",
             "timeout",
         )
+
+    def complete_responses(self, decoder: FrameDecoder) -> bool:
+        """Pair every whole upstream response in ``decoder`` with the oldest request in flight
+        (a broker answers in order); True if any completed.  Trio path and data plane alike."""
+        in_flight = self._in_flight
+        completed = False
+        while True:
+            try:
+                frame = decoder.next_frame()
+            except FrameError as e:
+                raise CloseConnection(f"bad frame from upstream: {e}", "upstream") from None
+            if frame is NEED_DATA:
+                return completed
+            if not in_flight:
+                raise CloseConnection("upstream sent a response nobody asked for", "upstream")
+            self._complete(in_flight.popleft(), frame)
+            completed = True
 
     def _complete(self, slot: _Slot, frame: memoryview) -> None:
         header = slot.header

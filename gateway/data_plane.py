@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Callable
 
 import trio
 
-from protocol.framing import NEED_DATA, FrameDecoder, FrameError
+from protocol.framing import NEED_DATA, FrameDecoder
 
 if TYPE_CHECKING:
     from gateway.connection import ClientConnection
@@ -348,10 +348,7 @@ class DataPlane:
             answered = False
             frame = None
             while len(pending) < limit:
-                try:
-                    frame = dec.next_frame()
-                except FrameError as e:
-                    raise CloseConnection(str(e), "frame") from None
+                frame = next_request(dec)
                 if frame is NEED_DATA:
                     break
                 outcome = conn.dispatch_sync(frame, uout)
@@ -376,21 +373,7 @@ class DataPlane:
             raise CloseConnection("upstream closed the connection", "upstream")
         if n < 0:
             return
-        conn = lane.conn
-        in_flight = conn._in_flight
-        completed = False
-        while True:
-            try:
-                frame = dec.next_frame()
-            except FrameError as e:
-                raise CloseConnection(f"bad frame from upstream: {e}", "upstream") from None
-            if frame is NEED_DATA:
-                break
-            if not in_flight:
-                raise CloseConnection("upstream sent a response nobody asked for", "upstream")
-            conn._complete(in_flight.popleft(), frame)
-            completed = True
-        if completed:
+        if lane.conn.complete_responses(dec):
             self._flush_client(lane)
             if lane.cdec.buffered and not lane.paused:
                 self._process_client(lane)  # requests held back by max_in_flight may go now
@@ -489,10 +472,11 @@ def _close_error(reason: str, metric: str):
 
 CloseConnection: type = Exception  # the real names are bound by _bind_connection_names
 SLOW: object = None                # (gateway.connection imports this module)
+next_request: Callable = None      # type: ignore[assignment]
 
 
 def _bind_connection_names() -> None:
-    global CloseConnection, SLOW
+    global CloseConnection, SLOW, next_request
     from gateway import connection
 
-    CloseConnection, SLOW = connection.CloseConnection, connection.SLOW
+    CloseConnection, SLOW, next_request = connection.CloseConnection, connection.SLOW, connection.next_request

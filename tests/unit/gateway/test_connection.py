@@ -59,6 +59,30 @@ class RawClient:
         return corr, decode_response(api_key, version, frame, 9 if flexible else 8)
 
 
+async def _start_gateway(nursery, tmp_path, broker: FakeBroker, data_plane: bool, **sections):
+    """A gateway in front of ``broker``; ``sections`` are added to (or replace) the YAML's."""
+    raw = {
+        "io": {"data_plane_thread": data_plane},
+        "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "advertised_host": "127.0.0.1",
+                       "broker_port_base": free_port_base((NODE_ID,))}],
+        "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 5000},
+        "admin": None,
+        "metadata": {"path": str(tmp_path / "meta")},
+        **sections,
+    }
+    gateway = Gateway(parse_config(raw))
+    return gateway, (await nursery.start(gateway.run)).listeners["T"][1]
+
+
+async def _forwarding_client(port: int) -> RawClient:
+    """A connection that has forwarded one request (ListGroups, correlation id 1): once its
+    upstream is open a plain-TCP connection is served by the data plane, when that is on."""
+    client = await RawClient.connect(port)
+    await client.send(16, 4, 1, request_class(16, 4)(states_filter=()))
+    assert (await client.receive(16, 4))[0] == 1
+    return client
+
+
 def _md_request(version=12):
     cls = request_class(3, version)
     kw = {"topics": ()}
@@ -222,15 +246,7 @@ async def test_dead_upstream_closes_connection_instead_of_hanging(nursery, tmp_p
 
 async def test_more_pipelined_requests_than_the_in_flight_limit_are_all_answered(nursery, tmp_path, data_plane):
     broker = await nursery.start(FakeBroker().serve)
-    config = parse_config({
-        "io": {"data_plane_thread": data_plane},
-        "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "broker_port_base": free_port_base((NODE_ID,))}],
-        "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 5000},
-        "limits": {"max_in_flight_per_connection": 3},
-        "admin": None,
-        "metadata": {"path": str(tmp_path / "meta")},
-    })
-    port = (await nursery.start(Gateway(config).run)).listeners["T"][1]
+    _, port = await _start_gateway(nursery, tmp_path, broker, data_plane, limits={"max_in_flight_per_connection": 3})
     client = await RawClient.connect(port)
     frames = b"".join(encode_request(16, 4, corr, request_class(16, 4)(states_filter=())) for corr in range(10))
     await client.stream.send_all(frames)  # ten requests in one write: they arrive in one chunk
@@ -254,9 +270,7 @@ async def test_bad_input_on_a_connection_already_forwarding_closes_only_it(setup
     bystander = await RawClient.connect(port)
     await bystander.send(3, 12, 1, _md_request())
     assert (await bystander.receive(3, 12))[0] == 1
-    bad = await RawClient.connect(port)
-    await bad.send(16, 4, 1, request_class(16, 4)(states_filter=()))
-    assert (await bad.receive(16, 4))[0] == 1
+    bad = await _forwarding_client(port)
     await bad.stream.send_all(raw)
     with trio.fail_after(5):
         assert await bad.receive_frame() is None  # closed, no response
@@ -271,9 +285,7 @@ async def test_local_answers_between_forwarded_requests_keep_request_order(setup
     """ApiVersions (answered by kgw) pipelined among forwarded requests, some slow upstream."""
     broker, _, port = setup
     broker.delay[3] = 0.1
-    client = await RawClient.connect(port)
-    await client.send(16, 4, 1, request_class(16, 4)(states_filter=()))
-    assert (await client.receive(16, 4))[0] == 1
+    client = await _forwarding_client(port)
     plan = [(3, 12), (18, 3), (16, 4), (18, 3), (3, 12), (16, 4)]
     for corr, (key, version) in enumerate(plan, start=10):
         body = (_md_request() if key == 3 else request_class(16, 4)(states_filter=()) if key == 16
@@ -286,9 +298,7 @@ async def test_local_answers_between_forwarded_requests_keep_request_order(setup
 
 async def test_upstream_closing_mid_request_closes_the_client_connection(setup):
     broker, _, port = setup
-    client = await RawClient.connect(port)
-    await client.send(16, 4, 1, request_class(16, 4)(states_filter=()))
-    assert (await client.receive(16, 4))[0] == 1
+    client = await _forwarding_client(port)
     broker.close_on.add(3)  # the broker drops the connection instead of answering Metadata
     await client.send(3, 12, 2, _md_request())
     with trio.fail_after(5):
@@ -298,9 +308,7 @@ async def test_upstream_closing_mid_request_closes_the_client_connection(setup):
 async def test_client_closing_with_requests_in_flight_leaves_others_served(setup):
     broker, gateway, port = setup
     broker.delay[3] = 0.3
-    quitter = await RawClient.connect(port)
-    await quitter.send(16, 4, 1, request_class(16, 4)(states_filter=()))
-    assert (await quitter.receive(16, 4))[0] == 1
+    quitter = await _forwarding_client(port)
     for corr in range(2, 6):
         await quitter.send(3, 12, corr, _md_request())
     await quitter.stream.aclose()
@@ -330,16 +338,9 @@ async def test_denied_requests_beyond_the_in_flight_limit_are_all_answered(nurse
     """Produce requests kgw answers itself (TOPIC_AUTHORIZATION_FAILED, no ACLs), ten pipelined
     with max_in_flight 3 after a forwarded request: each local answer frees its slot at once."""
     broker = await nursery.start(FakeBroker().serve)
-    config = parse_config({
-        "io": {"data_plane_thread": data_plane},
-        "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "broker_port_base": free_port_base((NODE_ID,))}],
-        "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 5000},
-        "limits": {"max_in_flight_per_connection": 3},
-        "authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer", "config": {}},
-        "admin": None,
-        "metadata": {"path": str(tmp_path / "meta")},
-    })
-    port = (await nursery.start(Gateway(config).run)).listeners["T"][1]
+    _, port = await _start_gateway(
+        nursery, tmp_path, broker, data_plane, limits={"max_in_flight_per_connection": 3},
+        authorizer={"class_name": "authz.standard_authorizer:StandardAuthorizer", "config": {}})
     client = await RawClient.connect(port)
     await client.send(3, 12, 1, _md_request())  # no topics: forwarded (the connection starts forwarding)
     assert (await client.receive(3, 12))[0] == 1
@@ -359,17 +360,9 @@ async def test_large_pipelined_produce_requests_all_reach_the_broker_in_order(nu
     upstream blocks part-way (the gateway must stop reading the client, finish the write later
     and keep every byte and the order)."""
     broker = await nursery.start(FakeBroker().serve)
-    config = parse_config({
-        "io": {"data_plane_thread": data_plane},
-        "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "broker_port_base": free_port_base((NODE_ID,))}],
-        "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 10000},
-        "admin": None,
-        "metadata": {"path": str(tmp_path / "meta")},
-    })
-    port = (await nursery.start(Gateway(config).run)).listeners["T"][1]
-    client = await RawClient.connect(port)
-    await client.send(16, 4, 1, request_class(16, 4)(states_filter=()))
-    assert (await client.receive(16, 4))[0] == 1
+    _, port = await _start_gateway(nursery, tmp_path, broker, data_plane,
+                                   upstream={"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 10000})
+    client = await _forwarding_client(port)
     broker.read_pause = 0.005  # ~13 MB/s: the burst outruns it, so the gateway's upstream writes block
     records = bytes(range(256)) * 2048  # 512 KiB, a recognisable pattern
     body = produce8.ProduceRequest(transactional_id=None, acks=i16(1), timeout=timedelta(seconds=5), topic_data=(
@@ -389,19 +382,9 @@ async def test_broker_first_seen_in_a_forwarded_response_gets_its_port_at_once(n
     the response leaves (it is advertised) and accepting starts on Trio."""
     broker = await nursery.start(FakeBroker().serve)
     base = free_port_base((NODE_ID, 7))
-    config = parse_config({
-        "io": {"data_plane_thread": data_plane},
-        "listeners": [{"name": "T", "host": "127.0.0.1", "port": 0, "advertised_host": "127.0.0.1",
-                       "broker_port_base": base}],
-        "upstream": {"bootstrap_servers": [f"127.0.0.1:{broker.port}"]},
-        "admin": None,
-        "metadata": {"path": str(tmp_path / "meta")},
-    })
-    gateway = Gateway(config)
-    port = (await nursery.start(gateway.run)).listeners["T"][1]
-    client = await RawClient.connect(port)
-    await client.send(16, 4, 1, request_class(16, 4)(states_filter=()))
-    assert (await client.receive(16, 4))[0] == 1
+    _, port = await _start_gateway(nursery, tmp_path, broker, data_plane, listeners=[
+        {"name": "T", "host": "127.0.0.1", "port": 0, "advertised_host": "127.0.0.1", "broker_port_base": base}])
+    client = await _forwarding_client(port)
     broker.extra_nodes = (7,)
     await client.send(3, 12, 2, _md_request())
     _, resp = await client.receive(3, 12)
