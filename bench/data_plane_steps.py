@@ -72,6 +72,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--acls", type=int, default=0,
+                    help="with N > 0: StandardAuthorizer and bench_gateway's N ACLs (the kgw+authz side)")
     ap.add_argument("--serve", nargs=2, metavar=("CONFIG", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
@@ -86,11 +88,15 @@ def main() -> int:
         procs.append(tansu)
         port, base = bg.free_port(), bg.free_port_base()
         config = tmp / "kgw.yaml"
+        authz = ""
+        if args.acls:
+            bg.seed_acls(tmp / "meta", args.acls)
+            authz = "authorizer: {class_name: authz.standard_authorizer:StandardAuthorizer, config: {}}\n"
         config.write_text(
             "listeners:\n"
             f"  - {{name: BENCH, host: {bg.HOST}, port: {port}, advertised_host: {bg.HOST}, broker_port_base: {base}}}\n"
             f"upstream: {{bootstrap_servers: [\"{bg.HOST}:{tansu_port}\"]}}\n"
-            f"admin: null\nmetadata: {{path: {tmp / 'meta'}}}\nlogging: {{level: WARNING}}\n")
+            f"admin: null\nmetadata: {{path: {tmp / 'meta'}}}\nlogging: {{level: WARNING}}\n" + authz)
         out = tmp / "steps.json"
         kgw = bg.spawn("kgw", [sys.executable, __file__, "--serve", str(config), str(out)], tmp,
                        dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -98,11 +104,11 @@ def main() -> int:
         kgw.wait_for("\nready", 30)
         boot = f"{bg.HOST}:{port}"
         try:
-            bg.create_topics(boot, ["steps"])
+            bg.create_topics(boot, ["bench-steps"])
         except bg.BenchError:
             print(kgw.log_tail(), file=sys.stderr)
             raise
-        r = bg.produce_latency(boot, "steps", args.requests, args.warmup, "1")
+        r = bg.produce_latency(boot, "bench-steps", args.requests, args.warmup, "1")
         kgw.popen.send_signal(signal.SIGTERM)
         kgw.popen.wait(15)
         steps = json.loads(out.read_text())
