@@ -38,6 +38,23 @@ __all__ = ["AuthHelper"]
 
 _ALLOWED = AuthorizationResult.ALLOWED
 
+#: Actions are immutable and the same few recur on every request (one topic, WRITE, ...):
+#: built once, reused, and the table emptied when it grows past its bound.
+_ACTIONS: dict[tuple, Action] = {}
+_ACTIONS_MAX = 65536
+
+
+def _action(resource_type: ResourceType, name: str, op: AclOperation, count: int,
+            log_if_allowed: bool, log_if_denied: bool) -> Action:
+    key = (resource_type, name, op, count, log_if_allowed, log_if_denied)
+    action = _ACTIONS.get(key)
+    if action is None:
+        if len(_ACTIONS) >= _ACTIONS_MAX:
+            _ACTIONS.clear()
+        action = _ACTIONS[key] = Action(ResourcePattern(resource_type, name, PatternType.LITERAL), op, count,
+                                        log_if_allowed, log_if_denied)
+    return action
+
 
 class AuthHelper:
     __slots__ = ("authorizer", "context", "connection_state")
@@ -57,8 +74,7 @@ class AuthHelper:
                 log_if_allowed: bool = True, log_if_denied: bool = True, ref_count: int = 1) -> bool:
         if self.authorizer is None:
             return True
-        action = Action(ResourcePattern(resource_type, name, PatternType.LITERAL), op, ref_count,
-                        log_if_allowed, log_if_denied)
+        action = _action(resource_type, name, op, ref_count, log_if_allowed, log_if_denied)
         return self.authorizer.authorize(self.context, (action,))[0] is _ALLOWED
 
     def cluster(self, op: AclOperation, log_if_allowed: bool = True, log_if_denied: bool = True) -> bool:
@@ -74,11 +90,12 @@ class AuthHelper:
             names = counts
         if self.authorizer is None or not names:
             return set(names)
+        if len(names) == 1:  # the usual Produce or Fetch: one topic
+            ((name, count),) = names.items()
+            action = _action(resource_type, name, op, count, log_if_allowed, log_if_denied)
+            return {name} if self.authorizer.authorize(self.context, (action,))[0] is _ALLOWED else set()
         ordered = list(names.items())
-        actions = [
-            Action(ResourcePattern(resource_type, name, PatternType.LITERAL), op, count, log_if_allowed, log_if_denied)
-            for name, count in ordered
-        ]
+        actions = [_action(resource_type, name, op, count, log_if_allowed, log_if_denied) for name, count in ordered]
         results = self.authorizer.authorize(self.context, actions)
         return {name for (name, _), result in zip(ordered, results) if result is _ALLOWED}
 
