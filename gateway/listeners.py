@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import threading
 from typing import TYPE_CHECKING
 
 import trio
@@ -63,6 +64,7 @@ class Listener:
         self.security = ListenerSecurity(self, gateway.config.users, gateway.auth_failures)
         self.bound_port: int | None = None
         self._node_ports: dict[int, int] = {}
+        self._node_ports_lock = threading.Lock()
         self._nursery: trio.Nursery | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._connections = 0
@@ -93,20 +95,22 @@ class Listener:
             task_status.started(self.bound_port)
 
     def _open_node_port(self, node_id: int) -> None:
-        if node_id in self._node_ports or self._nursery is None:
-            return
-        port = self.config.node_bind_port(node_id)
-        if port is None:
-            log.error("listener %s cannot expose upstream broker %d: port %d+%d is out of range",
-                      self.name, node_id, self.config.broker_port_base, node_id)
-            return
-        try:
-            sock = _bind(self.config.host, port)
-        except OSError as e:
-            log.error("listener %s cannot bind %s:%d for upstream broker %d: %s",
-                      self.name, self.config.host, port, node_id, e.strerror or e)
-            return
-        self._node_ports[node_id] = port
+        # Trio and the data-plane thread may both learn a new broker: one of them binds.
+        with self._node_ports_lock:
+            if node_id in self._node_ports or self._nursery is None:
+                return
+            port = self.config.node_bind_port(node_id)
+            if port is None:
+                log.error("listener %s cannot expose upstream broker %d: port %d+%d is out of range",
+                          self.name, node_id, self.config.broker_port_base, node_id)
+                return
+            try:
+                sock = _bind(self.config.host, port)
+            except OSError as e:
+                log.error("listener %s cannot bind %s:%d for upstream broker %d: %s",
+                          self.name, self.config.host, port, node_id, e.strerror or e)
+                return
+            self._node_ports[node_id] = port
         log.info("listener %s serves upstream broker %d at %s:%d", self.name, node_id, self.config.host, port)
         # Bound and listening now, so the response that revealed the broker may advertise it;
         # accepting starts on Trio (this may run on the data-plane thread, see gateway/data_plane.py).
