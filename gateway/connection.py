@@ -181,7 +181,8 @@ class ClientConnection:
         self._handoff = False  # the upstream is open and both sockets are plain TCP: go to the data plane
         self._lane: Lane | None = None  # set while the data plane serves this connection
         self._lane_upstream: list = []  # frames the slow path queued for the upstream while on the data plane
-        #: on the data plane: metric updates made after the bytes went out (counters, (histogram, value))
+        #: on the data plane: request counters incremented once the request went upstream (its
+        #: response is read in a later event, so it is counted before the client can see it)
         self._deferred: list | None = None
 
     # ------------------------------------------------------------------ entry
@@ -642,10 +643,9 @@ class ClientConnection:
             raise CloseConnection(
                 f"upstream answered correlation id {correlation_id}, expected {header.correlation_id}", "upstream"
             )
-        if self._deferred is None:
-            self._metrics.latency(slot.spec.name).observe(time.monotonic() - slot.sent_at)
-        else:
-            self._deferred.append((self._metrics.latency(slot.spec.name), time.monotonic() - slot.sent_at))
+        # Observed before the response can reach the client: whoever saw the response may
+        # rely on /metrics counting it.
+        self._metrics.latency(slot.spec.name).observe(time.monotonic() - slot.sent_at)
         rewrite = slot.spec.rewrite_response
         if rewrite is None and slot.merge is None:
             slot.data = frame

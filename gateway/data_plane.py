@@ -33,9 +33,11 @@ path, gateway shutdown) it unregisters both descriptors and then tells the
 Trio task, which logs, counts and closes exactly as on the Trio path.
 
 The thread adds no parallelism (the GIL): what it removes is the scheduler
-pass, the task switch and the per-wait epoll_ctl of every request.  Metric
-updates a request causes are made after its bytes were written (``deferred``),
-and byte counters are added every tick, so they stay off the request's path.
+pass, the task switch and the per-wait epoll_ctl of every request.  A
+request's counter is incremented right after it was written upstream
+(``deferred``: before its response can be read, so before the client can see
+it); the upstream latency is observed before the response is written; byte
+counters are added every tick (they may lag the traffic by up to 100 ms).
 
 Back-pressure: a lane stops reading its client while ``max_in_flight``
 responses are outstanding or bytes wait to go upstream, and stops reading its
@@ -113,16 +115,13 @@ class Lane:
         #: bytes not yet added to the counters above (added every tick and at the end)
         self.n_in = 0
         self.n_out = 0
-        #: metric updates the connection deferred until its bytes were written (see metrics())
+        #: request counters the connection deferred until the request was written (see metrics())
         self.deferred: list = []
 
     def metrics(self) -> None:
         deferred = self.deferred
-        for item in deferred:
-            if type(item) is tuple:
-                item[0].observe(item[1])
-            else:
-                item.inc()
+        for counter in deferred:
+            counter.inc()
         deferred.clear()
 
     def count_bytes(self) -> None:
@@ -204,7 +203,7 @@ class DataPlane:
                             self._upstream_event(lane, ev)
                         self._set_masks(lane)
                         if lane.deferred:
-                            lane.metrics()  # after the writes: off the request's latency
+                            lane.metrics()  # after the upstream writes: off the request's latency
                     except Exception as e:
                         self._failed(lane, e)
                 while commands:
@@ -362,6 +361,7 @@ class DataPlane:
                 self._write(lane, lane.ufd, uout, False)  # (before a slow request: the ones ahead of it)
             if not answered:
                 return
+            lane.metrics()  # counted before the client can see the answers
             self._flush_client(lane)  # local answers free their slots at once ...
             if frame is NEED_DATA or lane.paused or lane.closed or uout or len(pending) >= limit:
                 return  # ... so frames held back by max_in_flight may go on
