@@ -150,6 +150,20 @@ class Proc:
             self.popen.wait(5)
 
 
+@contextlib.contextmanager
+def scratch(prefix: str):
+    """A scratch directory and a list for the processes started in it: on exit they are
+    stopped, last started first, and the directory is removed."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    procs: list[Proc] = []
+    try:
+        yield tmp, procs
+    finally:
+        for p in reversed(procs):
+            p.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def spawn(name: str, argv: list[str], log_dir: Path, env: dict | None = None) -> Proc:
     log_path = log_dir / f"{name}.log"
     with open(log_path, "wb") as out:

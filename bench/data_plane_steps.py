@@ -25,11 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -81,9 +79,7 @@ def main() -> int:
 
     import bench_gateway as bg
 
-    tmp = Path(tempfile.mkdtemp(prefix="kgw-steps-"))
-    procs = []
-    try:
+    with bg.scratch("kgw-steps-") as (tmp, procs):
         tansu, tansu_port = bg.start_tansu(tmp)
         procs.append(tansu)
         port, base = bg.free_port(), bg.free_port_base()
@@ -117,10 +113,6 @@ def main() -> int:
             print(f"  {name:15} {count:6d} calls, median {median_us:.1f} us" if median_us is not None
                   else f"  {name:15} not called")
         return 0
-    finally:
-        for p in reversed(procs):
-            p.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,9 +37,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
-    tmp = Path(tempfile.mkdtemp(prefix="kgw-placement-"))
-    procs = []
-    try:
+    with bg.scratch("kgw-placement-") as (tmp, procs):
         tansu, tansu_port = bg.start_tansu(tmp)
         procs.append(tansu)
         kgw, kgw_port = bg.start_kgw(tmp, tansu_port)
@@ -61,10 +57,6 @@ def main() -> int:
                 where = "any CPU" if setting is None else f"CPU {setting}"
                 print(f"  data plane on {where:7}: direct {d:.3f} ms, kgw {g:.3f} ms, {g / d:.2f}x", flush=True)
         return 0
-    finally:
-        for p in reversed(procs):
-            p.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -105,9 +103,7 @@ def main() -> int:
     pumps = [p.strip() for p in args.pumps.split(",") if p.strip()]
     if not pumps or any(p not in PUMPS for p in pumps):
         ap.error(f"--pumps: choose from {', '.join(PUMPS)}")
-    tmp = Path(tempfile.mkdtemp(prefix="kgw-floor-"))
-    procs = []
-    try:
+    with bg.scratch("kgw-floor-") as (tmp, procs):
         a, a_port = bg.start_tansu(tmp)
         procs.append(a)
         env = {k: v for k, v in os.environ.items() if k not in bg._TANSU_ENV}
@@ -142,10 +138,6 @@ def main() -> int:
         d = best["direct"]["p50_ms"]
         print("best p50: " + ", ".join(f"{s} {r['p50_ms']:.3f} ms ({r['p50_ms'] / d:.2f}x)" for s, r in best.items()))
         return 0
-    finally:
-        for proc in reversed(procs):
-            proc.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
