@@ -338,10 +338,7 @@ class ClientConnection:
             self._deferred.append(counter)
         if inspect is None:
             raise self._unsupported(spec, header, advertised.get(header.api_key))
-        try:
-            info = inspect(header, body)
-        except CodecError as e:
-            raise CloseConnection(f"malformed {spec.name} v{header.api_version} request: {e}", "decode") from None
+        info = self._inspected(spec, inspect, header, body)
         decision = self._enforce(spec, self._auth_helper(header), header, body, info)
         if decision.close is not None:
             raise CloseConnection(decision.close, "denied")
@@ -374,6 +371,13 @@ class ClientConnection:
             f"(advertised: {f'v{allowed.min}-v{allowed.max}' if allowed else 'none'})",
             "unsupported_version",
         )
+
+    @staticmethod
+    def _inspected(spec: ApiSpec, inspect, header: RequestHeader, body: memoryview) -> RequestInfo:
+        try:
+            return inspect(header, body)
+        except CodecError as e:
+            raise CloseConnection(f"malformed {spec.name} v{header.api_version} request: {e}", "decode") from None
 
     @staticmethod
     def _rebuilt(body: memoryview, header: RequestHeader, request: bytes) -> memoryview:
@@ -418,10 +422,7 @@ class ClientConnection:
         allowed = advertised.get(header.api_key)
         if allowed is None or not allowed.min <= header.api_version <= allowed.max:
             raise self._unsupported(spec, header, allowed)
-        try:
-            info = spec.inspect(header, body)
-        except CodecError as e:
-            raise CloseConnection(f"malformed {spec.name} v{header.api_version} request: {e}", "decode") from None
+        info = self._inspected(spec, spec.inspect, header, body)
         auth = self._auth_helper(header)
         if spec.answered_locally:
             if to_upstream:  # earlier requests must not wait behind a slow local answer
