@@ -123,6 +123,34 @@ def _merge_in_order(total: int, local: dict[int, Any], forwarded: list[int], ups
     return tuple(by_index[i] for i in range(total))
 
 
+def _answer_rest_upstream(gw: Any, api_key: int, version: int, request, local: dict[int, Any],
+                          forwarded: list[int], result, response, field: str):
+    """The answer to a config request whose ``local`` results kgw made itself: the whole
+    response when nothing is left to forward (or the upstream cannot take it: those
+    resources get UNSUPPORTED_VERSION), else the ``forwarded`` resources in one sub-request
+    whose response list ``field`` is merged back in request order."""
+    resources = request.resources
+    if forwarded:
+        gap = _upstream_gap(gw, api_key, version)
+        if gap is not None:
+            for i in forwarded:
+                local[i] = result(resources[i], UNSUPPORTED_VERSION, gap)
+            forwarded = []
+    if not forwarded:
+        return response(local[i] for i in range(len(resources)))
+
+    sub = replace(request, resources=tuple(resources[i] for i in forwarded))
+    missing = _Missing(resources, result)
+
+    def merge(buf, offset: int) -> bytes:
+        upstream = decode_response(api_key, version, buf, offset)
+        merged = _merge_in_order(len(resources), local, forwarded, getattr(upstream, field),
+                                 lambda e: (int(e.resource_type), e.resource_name), missing)
+        return encode(replace(upstream, **{field: merged}))
+
+    return Decision(request=encode(sub), merge=merge)
+
+
 class _Missing:
     def __init__(self, resources, make_error) -> None:
         self.resources = resources
@@ -190,25 +218,8 @@ async def _describe(gw, auth: AuthHelper, header: RequestHeader, info: RequestIn
                 local[i] = result(r, 0, None, map(entry, manager.describe_loggers(r.configuration_keys)))
         else:
             forwarded.append(i)
-    if forwarded:
-        gap = _upstream_gap(gw, DESCRIBE_CONFIGS, version)
-        if gap is not None:
-            for i in forwarded:
-                local[i] = result(resources[i], UNSUPPORTED_VERSION, gap)
-            forwarded = []
-    if not forwarded:
-        return response(local[i] for i in range(len(resources)))
-
-    sub = replace(request, resources=tuple(resources[i] for i in forwarded))
-    missing = _Missing(resources, lambda r, code, message: result(r, code, message))
-
-    def merge(buf, offset: int) -> bytes:
-        upstream = decode_response(DESCRIBE_CONFIGS, version, buf, offset)
-        results = _merge_in_order(len(resources), local, forwarded, upstream.results,
-                                  lambda e: (int(e.resource_type), e.resource_name), missing)
-        return encode(replace(upstream, results=results))
-
-    return Decision(request=encode(sub), merge=merge)
+    return _answer_rest_upstream(gw, DESCRIBE_CONFIGS, version, request, local, forwarded, result, response,
+                                 "results")
 
 
 # --------------------------------------------------------------------------- AlterConfigs / IncrementalAlterConfigs
@@ -297,25 +308,8 @@ def _alter_api(api_key: int):
                     continue
                 outcome = AlterResult(POLICY_VIOLATION, violation)
             local[i] = result(r, outcome.error_code, outcome.message)
-        if forwarded:
-            gap = _upstream_gap(gw, api_key, version)
-            if gap is not None:
-                for i in forwarded:
-                    local[i] = result(resources[i], UNSUPPORTED_VERSION, gap)
-                forwarded = []
-        if not forwarded:
-            return response(local[i] for i in range(len(resources)))
-
-        sub = replace(request, resources=tuple(resources[i] for i in forwarded))
-        missing = _Missing(resources, result)
-
-        def merge(buf, offset: int) -> bytes:
-            upstream = decode_response(api_key, version, buf, offset)
-            merged = _merge_in_order(len(resources), local, forwarded, upstream.responses,
-                                     lambda e: (int(e.resource_type), e.resource_name), missing)
-            return encode(replace(upstream, responses=merged))
-
-        return Decision(request=encode(sub), merge=merge)
+        return _answer_rest_upstream(gw, api_key, version, request, local, forwarded, result, response,
+                                     "responses")
 
     answer.__name__ = f"_answer_{_API_NAMES[api_key]}"
     return answer
