@@ -380,27 +380,33 @@ def _enforce_describe_topic_partitions(auth: AuthHelper, header: RequestHeader, 
 # ---------------------------------------------------------------- ListOffsets (2)
 
 
+def _filter_topics(auth: AuthHelper, op, api_key: int, version: int, request, name_of, error_entry) -> Decision:
+    """One TOPIC batch filter over ``request.topics`` (refCount = entries per name): FORWARD when
+    every name is allowed, else the allowed entries forwarded and ``error_entry(t)`` answered for
+    each denied one, merged back in request order."""
+    names = [name_of(t) for t in request.topics]
+    allowed = auth.filter(TOPIC, op, names)
+    if all(n in allowed for n in names):
+        return FORWARD
+    denied = _group((t for t in request.topics if name_of(t) not in allowed), name_of, error_entry)
+    kept = [t for t in request.topics if name_of(t) in allowed]
+    return _partial(api_key, version, request, "topics", kept, "topics", names, denied, name_of)
+
+
 def _enforce_list_offsets(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
     """§1.1 ListOffsets: TOPIC:DESCRIBE batch filter (refCount = topic entries); R 29 per partition."""
     if not auth.enabled:
         return FORWARD
-    request = info.decoded
     version = header.api_version
-    allowed = auth.filter(TOPIC, Op.DESCRIBE, [t.name for t in request.topics])
-    if all(t.name in allowed for t in request.topics):
-        return FORWARD
-    topic_cls = _elem(response_class(2, version), "topics")
-    part_cls = _elem(topic_cls, "partitions")
 
     def error_entry(t):
+        topic_cls = _elem(response_class(2, version), "topics")
+        part_cls = _elem(topic_cls, "partitions")
         return topic_cls(name=t.name, partitions=tuple(
             make(part_cls, partition_index=p.partition_index, error_code=ErrorCode(TOPIC_AUTHORIZATION_FAILED),
                  timestamp=i64(-1), offset=i64(-1), leader_epoch=i32(-1)) for p in t.partitions))
 
-    denied = _group((t for t in request.topics if t.name not in allowed), lambda t: t.name, error_entry)
-    kept = [t for t in request.topics if t.name in allowed]
-    return _partial(2, version, request, "topics", kept, "topics", [t.name for t in request.topics], denied,
-                    lambda e: e.name)
+    return _filter_topics(auth, Op.DESCRIBE, 2, version, info.decoded, lambda t: t.name, error_entry)
 
 
 # ---------------------------------------------------------------- OffsetForLeaderEpoch (23)
@@ -413,23 +419,16 @@ def _enforce_offset_for_leader_epoch(auth: AuthHelper, header: RequestHeader, bo
         return FORWARD
     if auth.cluster(Op.CLUSTER_ACTION, log_if_denied=False):
         return FORWARD
-    request = info.decoded
     version = header.api_version
-    allowed = auth.filter(TOPIC, Op.DESCRIBE, [t.topic for t in request.topics])
-    if all(t.topic in allowed for t in request.topics):
-        return FORWARD
-    topic_cls = _elem(response_class(23, version), "topics")
-    part_cls = _elem(topic_cls, "partitions")
 
     def error_entry(t):
+        topic_cls = _elem(response_class(23, version), "topics")
+        part_cls = _elem(topic_cls, "partitions")
         return topic_cls(topic=t.topic, partitions=tuple(
             make(part_cls, partition=p.partition, error_code=ErrorCode(TOPIC_AUTHORIZATION_FAILED),
                  leader_epoch=i32(-1), end_offset=i64(-1)) for p in t.partitions))
 
-    denied = _group((t for t in request.topics if t.topic not in allowed), lambda t: t.topic, error_entry)
-    kept = [t for t in request.topics if t.topic in allowed]
-    return _partial(23, version, request, "topics", kept, "topics", [t.topic for t in request.topics], denied,
-                    lambda e: e.topic)
+    return _filter_topics(auth, Op.DESCRIBE, 23, version, info.decoded, lambda t: t.topic, error_entry)
 
 
 # ---------------------------------------------------------------- DeleteRecords (21)
@@ -439,23 +438,16 @@ def _enforce_delete_records(auth: AuthHelper, header: RequestHeader, body: memor
     """§1.2 DeleteRecords: TOPIC:DELETE batch filter; R 29 per partition, low watermark -1."""
     if not auth.enabled:
         return FORWARD
-    request = info.decoded
     version = header.api_version
-    allowed = auth.filter(TOPIC, Op.DELETE, [t.name for t in request.topics])
-    if all(t.name in allowed for t in request.topics):
-        return FORWARD
-    topic_cls = _elem(response_class(21, version), "topics")
-    part_cls = _elem(topic_cls, "partitions")
 
     def error_entry(t):
+        topic_cls = _elem(response_class(21, version), "topics")
+        part_cls = _elem(topic_cls, "partitions")
         return topic_cls(name=t.name, partitions=tuple(
             part_cls(partition_index=p.partition_index, low_watermark=i64(-1),
                      error_code=ErrorCode(TOPIC_AUTHORIZATION_FAILED)) for p in t.partitions))
 
-    denied = _group((t for t in request.topics if t.name not in allowed), lambda t: t.name, error_entry)
-    kept = [t for t in request.topics if t.name in allowed]
-    return _partial(21, version, request, "topics", kept, "topics", [t.name for t in request.topics], denied,
-                    lambda e: e.name)
+    return _filter_topics(auth, Op.DELETE, 21, version, info.decoded, lambda t: t.name, error_entry)
 
 
 # ---------------------------------------------------------------- DescribeProducers (61)
