@@ -676,6 +676,14 @@ def _enforce_offset_delete(auth: AuthHelper, header: RequestHeader, body: memory
 # ----------------------------------------------------------------------------- group heartbeats (68, 76, 88)
 
 
+def _any_topic_denied(auth: AuthHelper, names) -> bool:
+    """TOPIC:DESCRIBE on every distinct subscribed name (none: nothing to check)."""
+    if not names:
+        return False
+    wanted = _distinct(names)
+    return len(auth.filter(TOPIC, DESCRIBE, wanted)) < len(wanted)
+
+
 def _enforce_consumer_heartbeat(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
     """§1.1 ConsumerGroupHeartbeat: GROUP:READ (W 30); non-empty SubscribedTopicNames: TOPIC:DESCRIBE
     on every distinct name, any denied -> W 29."""
@@ -685,11 +693,8 @@ def _enforce_consumer_heartbeat(auth: AuthHelper, header: RequestHeader, body: m
     v = header.api_version
     if not auth.allowed(GROUP, request.group_id, READ):
         return _respond(68, v, error_code=GROUP_AUTHORIZATION_FAILED)
-    names = request.subscribed_topic_names
-    if names:
-        wanted = _distinct(names)
-        if len(auth.filter(TOPIC, DESCRIBE, wanted)) < len(wanted):
-            return _respond(68, v, error_code=TOPIC_AUTHORIZATION_FAILED)
+    if _any_topic_denied(auth, request.subscribed_topic_names):
+        return _respond(68, v, error_code=TOPIC_AUTHORIZATION_FAILED)
     return FORWARD
 
 
@@ -704,11 +709,8 @@ def _enforce_share_heartbeat(auth: AuthHelper, header: RequestHeader, body: memo
         return _respond(76, v, error_code=GROUP_AUTHORIZATION_FAILED)
     if not request.member_id or len(request.member_id) > 36:
         return _respond(76, v, error_code=INVALID_REQUEST, error_message="Invalid member id in the request.")
-    names = request.subscribed_topic_names
-    if names:
-        wanted = _distinct(names)
-        if len(auth.filter(TOPIC, DESCRIBE, wanted)) < len(wanted):
-            return _respond(76, v, error_code=TOPIC_AUTHORIZATION_FAILED)
+    if _any_topic_denied(auth, request.subscribed_topic_names):
+        return _respond(76, v, error_code=TOPIC_AUTHORIZATION_FAILED)
     return FORWARD
 
 
