@@ -196,7 +196,7 @@ class DataPlane:
                         continue
                     if lane.paused:
                         continue
-                    try:
+                    try:  # _guarded, inlined: this runs for every socket event
                         if fd == lane.cfd:
                             self._client_event(lane, ev)
                         else:
