@@ -82,7 +82,7 @@ class Gateway:
     async def advertised_versions(self) -> dict[int, VersionRange]:
         versions = await self.cluster.ensure_versions()
         if self._advertised_for is not versions:
-            self._advertised = advertised_versions(versions, LOCAL_KEYS, frozenset(REGISTRY))
+            self._advertised = advertised_versions(versions, LOCAL_KEYS, REGISTRY, self.authorizer is not None)
             self._advertised_for = versions
         assert self._advertised is not None
         return self._advertised

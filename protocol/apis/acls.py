@@ -166,8 +166,8 @@ async def _delete(gw, auth: AuthHelper, header: RequestHeader, info: RequestInfo
 
 
 SPECS = (
-    ApiSpec(29, "DescribeAcls", inspect_decoded, answered_locally=True, answer=_describe),
-    ApiSpec(30, "CreateAcls", inspect_decoded, answered_locally=True, answer=_create),
-    ApiSpec(31, "DeleteAcls", inspect_decoded, answered_locally=True, answer=_delete),
+    ApiSpec(29, "DescribeAcls", inspect_decoded, answered_locally=True, answer=_describe, versions=(1, 3)),
+    ApiSpec(30, "CreateAcls", inspect_decoded, answered_locally=True, answer=_create, versions=(1, 3)),
+    ApiSpec(31, "DeleteAcls", inspect_decoded, answered_locally=True, answer=_delete, versions=(1, 3)),
 )
 LOCAL_KEYS = frozenset(spec.api_key for spec in SPECS)

@@ -3,9 +3,12 @@
 Theory of operation
 -------------------
 A client negotiates every later request from this answer, so kgw advertises,
-per API key, the intersection of the upstream's range and the versions kio has
-schemas for (what kgw can decode).  APIs kgw answers itself are advertised with
-kio's range whatever the upstream says.  A request for an ApiVersions version
+per API key, the intersection of three ranges: the upstream's, the versions kio
+has schemas for (what kgw can decode), and the range the API's spec declares it
+was written for (``ApiSpec.versions``: what kgw's inspection and enforcement
+account for).  APIs kgw answers itself are advertised with the intersection of
+kio's and their spec's range whatever the upstream says.  With an authorizer
+configured, an API without enforcement is not advertised at all.  A request for an ApiVersions version
 kgw does not know is answered, as Kafka does (KIP-511), with a v0 body carrying
 UNSUPPORTED_VERSION and the supported ranges, so the client can retry lower.
 """
@@ -49,17 +52,27 @@ KIO_VERSIONS: Mapping[int, VersionRange] = _kio_versions()
 
 
 def advertised_versions(
-    upstream: Mapping[int, VersionRange], local_keys: frozenset[int], handled_keys: frozenset[int]
+    upstream: Mapping[int, VersionRange], local_keys: frozenset[int], specs: Mapping[int, object],
+    authorizer: bool = False,
 ) -> dict[int, VersionRange]:
     """API key -> range a client may use through kgw.
 
-    ``handled_keys`` are the API keys the registry can inspect (fails closed:
-    anything else is never advertised); ``local_keys`` are answered by kgw itself.
+    ``specs`` is the registry (API key -> :class:`~protocol.apis.base.ApiSpec`; fails closed:
+    an API absent from it is never advertised, nor a version outside its spec's ``versions``);
+    ``local_keys`` are answered by kgw itself.  With ``authorizer``, an API that is forwarded
+    but has no ``enforce`` is left out.
     """
     out: dict[int, VersionRange] = {}
-    for key, ours in KIO_VERSIONS.items():
-        if key not in handled_keys:
+    for key, kio_range in KIO_VERSIONS.items():
+        spec = specs.get(key)
+        if spec is None or spec.versions is None:
             continue
+        if authorizer and key not in local_keys and not spec.answered_locally and spec.enforce is None:
+            continue
+        lo, hi = max(kio_range.min, spec.versions[0]), min(kio_range.max, spec.versions[1])
+        if lo > hi:
+            continue
+        ours = VersionRange(lo, hi)
         if key in local_keys:
             out[key] = ours
             continue

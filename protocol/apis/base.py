@@ -18,6 +18,9 @@ keyed by API key.  A spec is sans-IO:
   forward as is, forward a reduced request and merge the denied part back
   into the response, answer entirely from kgw, or close the connection.
   An API without ``enforce`` is refused whenever an authorizer is configured.
+* ``versions`` is the (min, max) range all of the above were written for: the
+  registry refuses a spec without one, and ApiVersions never advertises a version
+  outside it (fail closed when kio or the broker learn a newer version).
 * ``answer(gateway, auth, header, info)`` (``answered_locally`` APIs, async)
   builds the whole response body in kgw, or returns a :class:`Decision` to
   forward part of the request (e.g. config APIs: BROKER resources answered by
@@ -96,3 +99,8 @@ class ApiSpec:
     #: what forwarding alone needs (whether a response comes, how long the broker may hold
     #: it), used instead of ``inspect`` when no authorizer is configured; None: ``inspect``
     peek: RequestInspector | None = None
+    #: (min, max) request versions this spec's inspection, enforcement and answers were written
+    #: and tested for; nothing outside it is advertised or forwarded, whatever kio or the
+    #: upstream offer (a newer kio widens nothing by itself).  None only for rewrite-only
+    #: specs merged into another module's spec of the same API.
+    versions: tuple[int, int] | None = None

@@ -316,9 +316,9 @@ def _alter_api(api_key: int):
 
 
 SPECS = (
-    ApiSpec(DESCRIBE_CONFIGS, "DescribeConfigs", inspect_decoded, answered_locally=True, answer=_describe),
-    ApiSpec(ALTER_CONFIGS, "AlterConfigs", inspect_decoded, answered_locally=True, answer=_alter_api(ALTER_CONFIGS)),
+    ApiSpec(DESCRIBE_CONFIGS, "DescribeConfigs", inspect_decoded, answered_locally=True, answer=_describe, versions=(1, 4)),
+    ApiSpec(ALTER_CONFIGS, "AlterConfigs", inspect_decoded, answered_locally=True, answer=_alter_api(ALTER_CONFIGS), versions=(0, 2)),
     ApiSpec(INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", inspect_decoded, answered_locally=True,
-            answer=_alter_api(INCREMENTAL_ALTER_CONFIGS)),
+            answer=_alter_api(INCREMENTAL_ALTER_CONFIGS), versions=(0, 1)),
 )
 LOCAL_KEYS = frozenset(spec.api_key for spec in SPECS)

@@ -463,4 +463,4 @@ def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> by
     return b"".join((frame[offset:tags_at], tags))
 
 
-SPECS = (ApiSpec(1, "Fetch", _inspect, _rewrite, enforce=_enforce),)
+SPECS = (ApiSpec(1, "Fetch", _inspect, _rewrite, enforce=_enforce, versions=(4, 18)),)

@@ -272,4 +272,4 @@ def _peek(header: RequestHeader, frame: memoryview) -> RequestInfo:
     return RequestInfo(expects_response=acks != 0, broker_wait_s=max(timeout_ms, 0) / 1000.0)
 
 
-SPECS = (ApiSpec(0, "Produce", _inspect, _rewrite, enforce=_enforce, peek=_peek),)
+SPECS = (ApiSpec(0, "Produce", _inspect, _rewrite, enforce=_enforce, peek=_peek, versions=(3, 12)),)

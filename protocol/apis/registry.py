@@ -2,11 +2,14 @@
 
 Theory of operation
 -------------------
-Each API family module exports ``SPECS``; this module merges them over a
-generic spec for every other API kio has schemas for, and freezes the result
-in a ``MappingProxyType``.  An API key absent from the table is never
-advertised in ApiVersions and, if a client sends it anyway, its connection is
-closed, as a broker does for an API it does not know.  Inter-broker and
+Each API family module exports ``SPECS``; this module merges the specs of one
+API (e.g. the address rewriting of :mod:`protocol.apis.addresses` with the
+enforcement of :mod:`protocol.apis.topics`) and freezes the result in a
+``MappingProxyType``.  Only APIs that some family module declares, with the
+version range it was written for (``ApiSpec.versions``), are in the table: an
+API kio merely has schemas for is not.  An API key absent from the table is
+never advertised in ApiVersions and, if a client sends it anyway, its
+connection is closed, as a broker does for an API it does not know.  Inter-broker and
 controller APIs are deliberately absent: clients have no business sending
 them through a gateway.
 """
@@ -52,8 +55,12 @@ def _merge(base: ApiSpec | None, spec: ApiSpec) -> ApiSpec:
         return spec
     if base.enforce is not None and spec.enforce is not None:
         raise RuntimeError(f"two modules enforce API {spec.api_key} ({base.name})")
+    versions = spec.versions or base.versions
+    if base.versions is not None and spec.versions is not None:  # both declare: the overlap
+        versions = (max(base.versions[0], spec.versions[0]), min(base.versions[1], spec.versions[1]))
     return replace(
         base,
+        versions=versions,
         name=spec.name,
         inspect=spec.inspect if spec.inspect is not inspect_decoded else base.inspect,
         rewrite_response=spec.rewrite_response or base.rewrite_response,
@@ -76,7 +83,14 @@ def _build() -> Mapping[int, ApiSpec]:
     for module in _MODULES:
         for spec in module.SPECS:
             table[spec.api_key] = _merge(table.get(spec.api_key), spec)
-    table[18] = ApiSpec(18, "ApiVersions", inspect_decoded, answered_locally=True)
+    table[18] = ApiSpec(18, "ApiVersions", inspect_decoded, answered_locally=True, versions=(0, 4))
+    for key, spec in list(table.items()):
+        if spec.versions is None:
+            if spec.enforce is not None or spec.answered_locally or spec.rewrite_response is not None:
+                raise RuntimeError(f"API {key} ({spec.name}) declares no version range")
+            del table[key]  # kio has a schema, no module handles it: unknown to kgw
+        elif spec.versions[0] > spec.versions[1]:
+            raise RuntimeError(f"API {key} ({spec.name}): empty version range {spec.versions}")
     return MappingProxyType(table)
 
 

@@ -371,7 +371,7 @@ def _read_only(static: Mapping[tuple[str, str], ScramCredential], name: str, mec
 
 
 SPECS = (
-    ApiSpec(DESCRIBE_KEY, "DescribeUserScramCredentials", inspect_decoded, answered_locally=True, answer=_describe),
-    ApiSpec(ALTER_KEY, "AlterUserScramCredentials", inspect_decoded, answered_locally=True, answer=_alter),
+    ApiSpec(DESCRIBE_KEY, "DescribeUserScramCredentials", inspect_decoded, answered_locally=True, answer=_describe, versions=(0, 0)),
+    ApiSpec(ALTER_KEY, "AlterUserScramCredentials", inspect_decoded, answered_locally=True, answer=_alter, versions=(0, 0)),
 )
 LOCAL_KEYS = frozenset(spec.api_key for spec in SPECS)

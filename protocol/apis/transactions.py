@@ -299,11 +299,11 @@ def _enforce_list_transactions(auth: AuthHelper, header: RequestHeader, body: me
 
 
 SPECS = (
-    ApiSpec(22, "InitProducerId", inspect_decoded, enforce=_enforce_init_producer_id),
-    ApiSpec(24, "AddPartitionsToTxn", inspect_decoded, enforce=_enforce_add_partitions),
-    ApiSpec(25, "AddOffsetsToTxn", inspect_decoded, enforce=_enforce_add_offsets),
-    ApiSpec(26, "EndTxn", inspect_decoded, enforce=_enforce_end_txn),
-    ApiSpec(28, "TxnOffsetCommit", inspect_decoded, enforce=_enforce_txn_offset_commit),
-    ApiSpec(65, "DescribeTransactions", inspect_decoded, enforce=_enforce_describe_transactions),
-    ApiSpec(66, "ListTransactions", inspect_decoded, enforce=_enforce_list_transactions),
+    ApiSpec(22, "InitProducerId", inspect_decoded, enforce=_enforce_init_producer_id, versions=(0, 6)),
+    ApiSpec(24, "AddPartitionsToTxn", inspect_decoded, enforce=_enforce_add_partitions, versions=(0, 5)),
+    ApiSpec(25, "AddOffsetsToTxn", inspect_decoded, enforce=_enforce_add_offsets, versions=(0, 4)),
+    ApiSpec(26, "EndTxn", inspect_decoded, enforce=_enforce_end_txn, versions=(0, 5)),
+    ApiSpec(28, "TxnOffsetCommit", inspect_decoded, enforce=_enforce_txn_offset_commit, versions=(0, 5)),
+    ApiSpec(65, "DescribeTransactions", inspect_decoded, enforce=_enforce_describe_transactions, versions=(0, 0)),
+    ApiSpec(66, "ListTransactions", inspect_decoded, enforce=_enforce_list_transactions, versions=(0, 2)),
 )

@@ -25,3 +25,56 @@ def test_locally_answered_apis_have_an_answer():
     for key, spec in REGISTRY.items():
         if spec.answered_locally and key != 18:  # ApiVersions is answered by the connection itself
             assert spec.answer is not None, spec.name
+
+
+# ----------------------------------------------------------------- version ranges (fail closed)
+
+from protocol.apis.api_versions import KIO_VERSIONS, VersionRange, advertised_versions  # noqa: E402
+
+#: versions kio can decode that kgw refuses on purpose, with the reason.  A new kio (or a
+#: spec range edited by mistake) that widens or narrows anything else fails the test below.
+DELIBERATELY_REFUSED = {
+    0: ({13}, "Produce v13 names topics by id; the walker authorizes names only"),
+}
+
+
+def test_every_spec_declares_the_versions_it_was_written_for():
+    for key, spec in REGISTRY.items():
+        assert spec.versions is not None, spec.name
+        lo, hi = spec.versions
+        assert lo <= hi, spec.name
+
+
+def test_kio_offers_no_version_that_no_spec_covers():
+    """Fails when kio (bumped) can decode a version of a handled API outside its spec's range:
+    extend the spec only after its inspection and enforcement were checked for that version."""
+    uncovered = {}
+    for key, spec in REGISTRY.items():
+        kio = KIO_VERSIONS[key]
+        lo, hi = spec.versions
+        outside = {v for v in range(kio.min, kio.max + 1) if not lo <= v <= hi}
+        expected = DELIBERATELY_REFUSED.get(key, (set(), ""))[0]
+        if outside != expected:
+            uncovered[spec.name] = sorted(outside)
+    assert uncovered == {}
+
+
+def test_advertised_versions_never_exceed_the_spec_whatever_the_upstream_offers():
+    generous = {key: VersionRange(0, 99) for key in range(100)}
+    advertised = advertised_versions(generous, LOCAL_KEYS, REGISTRY, authorizer=True)
+    assert advertised[0] == VersionRange(3, 12)  # Produce: never v13, though kio and upstream have it
+    for key, r in advertised.items():
+        lo, hi = REGISTRY[key].versions
+        assert lo <= r.min <= r.max <= hi, REGISTRY[key].name
+    assert set(advertised) <= set(REGISTRY)
+    assert not set(advertised) & {27, 52, 56, 58, 62}  # inter-broker APIs never
+
+
+def test_with_an_authorizer_an_api_without_enforcement_is_not_advertised():
+    from dataclasses import replace
+    from types import MappingProxyType
+
+    generous = {key: VersionRange(0, 99) for key in range(100)}
+    stripped = MappingProxyType({**REGISTRY, 1: replace(REGISTRY[1], enforce=None)})
+    assert 1 not in advertised_versions(generous, LOCAL_KEYS, stripped, authorizer=True)
+    assert 1 in advertised_versions(generous, LOCAL_KEYS, stripped, authorizer=False)
