@@ -29,13 +29,17 @@ from kio.static.primitive import i64 as i64_
 
 from authz.acl import AclOperation, ResourceType
 from protocol.auth_helper import AuthHelper
-from protocol.errors import TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+from protocol.errors import (
+    INVALID_RECORD,
+    TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    UNSUPPORTED_COMPRESSION_TYPE,
+)
 
 from protocol.apis.addresses import rewrite_node_list
 from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RequestInfo
 from protocol.codecs import CodecError, decode_response, encode, make, nested, response_class
 from protocol.headers import RequestHeader
-from protocol.merging import merge_in_request_order
 from protocol.resources import ResourceKind
 from protocol.wire import WalkError, array_len, i32, skip_bytes, skip_string, skip_tagged, uvarint
 
@@ -45,30 +49,84 @@ __all__ = ["SPECS", "walk_produce_request", "ProduceShape"]
 class TopicSpan:
     """One topic entry of a Produce request: its name, partitions, and where its bytes are."""
 
-    __slots__ = ("name", "partitions", "start", "end")
+    __slots__ = ("name", "partitions", "start", "end", "parts_at", "parts_end", "spans", "invalid")
 
-    def __init__(self, name: str, partitions: list[int], start: int, end: int) -> None:
+    def __init__(self, name: str, partitions: list[int], start: int, end: int, parts_at: int, parts_end: int,
+                 spans: list[tuple[int, int]], invalid: dict[int, tuple[int, str]] | None) -> None:
         self.name = name
         self.partitions = partitions
+        #: the whole entry; the partition array's length prefix; the end of the last partition
         self.start = start
         self.end = end
+        self.parts_at = parts_at
+        self.parts_end = parts_end
+        #: (start, end) of each partition entry, in request order
+        self.spans = spans
+        #: position in ``partitions`` -> (error code, message) for partitions whose records the
+        #: broker must not see (not exactly one magic-v2 batch, a control batch, ...); None: none
+        self.invalid = invalid
 
 
 class ProduceShape:
     """What the gateway needs of a Produce request, found without decoding any record batch."""
 
-    __slots__ = ("transactional_id", "acks", "timeout_ms", "topics", "transactional", "topics_at", "topics_end")
+    __slots__ = ("transactional_id", "acks", "timeout_ms", "topics", "transactional", "topics_at", "topics_end",
+                 "any_invalid")
 
-    def __init__(self, transactional_id, acks, timeout_ms, topics, transactional, topics_at, topics_end):
+    def __init__(self, transactional_id, acks, timeout_ms, topics, transactional, topics_at, topics_end,
+                 any_invalid=False):
         self.transactional_id = transactional_id
         self.acks = acks
         self.timeout_ms = timeout_ms
         self.topics: list[TopicSpan] = topics
-        #: some batch has the transactional attribute bit (0x10) set
+        #: some partition's first batch has the transactional attribute bit (0x10) set
         self.transactional = transactional
         #: offsets of the topic array (its length prefix) and of what follows it
         self.topics_at = topics_at
         self.topics_end = topics_end
+        #: some partition carries records kgw refuses (see :attr:`TopicSpan.invalid`)
+        self.any_invalid = any_invalid
+
+
+# Record batch v2 header (DefaultRecordBatch): baseOffset int64 @0, batchLength int32 @8,
+# partitionLeaderEpoch int32 @12, magic int8 @16, crc uint32 @17, attributes int16 @21, ...
+# 61 bytes in all before the records.
+_BATCH_OVERHEAD = 61
+_BATCH_LENGTH = struct.Struct(">i")
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+_ZSTD = 4
+
+
+def check_batch(frame: memoryview, start: int, end: int, version: int) -> tuple[int, str] | None:
+    """Why a partition's ``records`` field must not be forwarded, or None when it is exactly one
+    magic-v2 record batch that a client may write.
+
+    Kafka (``ProduceRequest.validateRecords``) refuses Produce v3+ records that are not exactly
+    one batch of magic 2 (INVALID_RECORD) and zstd before v7 (UNSUPPORTED_COMPRESSION_TYPE), and
+    its log validator refuses control batches from clients.  kgw is stricter in one way: bytes
+    after the batch, which Kafka's batch iterator would silently skip, are refused too, so no
+    byte reaches the broker that kgw did not account for.  The header fields that authorization
+    reads (attributes) are therefore the only batch's, never the first of several.
+    """
+    size = end - start
+    if start < 0:  # null records
+        return INVALID_RECORD, f"Produce requests with version {version} must have at least one record batch per partition"
+    if size < _BATCH_OVERHEAD:
+        return INVALID_RECORD, f"Produce requests with version {version} must have at least one record batch per partition"
+    (length,) = _BATCH_LENGTH.unpack_from(frame, start + 8)
+    if frame[start + 16] != 2:
+        return INVALID_RECORD, (f"Produce requests with version {version} are only allowed to contain record "
+                                "batches with magic version 2")
+    if length + 12 != size:
+        return INVALID_RECORD, (f"Produce requests with version {version} are only allowed to contain exactly one "
+                                "record batch per partition")
+    attributes = frame[start + 22]
+    if attributes & _CONTROL:
+        return INVALID_RECORD, "Clients are not allowed to write control records"
+    if version < 7 and attributes & 0x07 == _ZSTD:
+        return UNSUPPORTED_COMPRESSION_TYPE, f"Produce requests with version {version} must not use ZStandard compression"
+    return None
 
 
 def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceShape:
@@ -93,36 +151,45 @@ def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceSha
             n_topics, off = i32(frame, off)
         topics = []
         transactional = False
+        any_invalid = False
         for _ in range(max(n_topics, 0)):
             start = off
             if version >= 13:
-                end = off + 16
-                if end > len(frame):
-                    raise WalkError("buffer ends inside a topic id")
-                name = bytes(frame[off:end]).hex()
-                off = end
-            else:
-                name, off = skip_string(frame, off, flexible)
+                raise WalkError("topic ids are not walked (Produce v13 is not advertised)")
+            name, off = skip_string(frame, off, flexible)
+            parts_at = off
             n_parts, off = array_len(frame, off, flexible)
             partitions = []
+            spans = []
+            invalid = None
             for _ in range(max(n_parts, 0)):
+                p_start = off
                 index, off = i32(frame, off)
                 partitions.append(index)
                 rec_start, rec_end, off = skip_bytes(frame, off, flexible)
-                # record batch v2: attributes (int16) at byte 21; bit 4 = transactional
-                if rec_end - rec_start >= 23 and frame[rec_start + 22] & 0x10:
+                # Kafka flags a request transactional by each partition's *first* batch
+                # (RequestUtils.hasTransactionalRecords), whatever follows it
+                if rec_end - rec_start >= 23 and frame[rec_start + 22] & _TRANSACTIONAL:
                     transactional = True
+                problem = check_batch(frame, rec_start, rec_end, version)
+                if problem is not None:
+                    if invalid is None:
+                        invalid = {}
+                    invalid[len(partitions) - 1] = problem
+                    any_invalid = True
                 if flexible:
                     if frame[off] == 0:
                         off += 1
                     else:
                         off = skip_tagged(frame, off)
+                spans.append((p_start, off))
+            parts_end = off
             if flexible:
                 if frame[off] == 0:
                     off += 1
                 else:
                     off = skip_tagged(frame, off)
-            topics.append(TopicSpan(name, partitions, start, off))
+            topics.append(TopicSpan(name, partitions, start, off, parts_at, parts_end, spans, invalid))
         topics_end = off
         if flexible:
             off = skip_tagged(frame, off)
@@ -130,7 +197,9 @@ def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceSha
         raise CodecError(f"malformed Produce v{version} request: {e or 'buffer ends early'}") from e
     if off != len(frame):
         raise CodecError(f"malformed Produce v{version} request: {len(frame) - off} trailing bytes")
-    return ProduceShape(txn, acks, timeout_ms, topics, transactional, topics_at, topics_end)
+    if any(t.name is None for t in topics):
+        raise CodecError(f"malformed Produce v{version} request: null topic name")
+    return ProduceShape(txn, acks, timeout_ms, topics, transactional, topics_at, topics_end, any_invalid)
 
 
 _ACKS_TIMEOUT = struct.Struct(">hi")
@@ -152,22 +221,19 @@ def _inspect(header: RequestHeader, frame: memoryview) -> RequestInfo:
     )
 
 
-def _partition_errors(version: int, topics: list[TopicSpan], error: int) -> list:
-    cls = response_class(0, version)
-    topic_cls = nested(cls, "responses")
-    part_cls = nested(topic_cls, "partition_responses")
-    return [
-        topic_cls(name=t.name, partition_responses=tuple(
-            make(part_cls, index=i32_(p), error_code=ErrorCode(error), base_offset=i64_(-1), log_append_time=None,
-                 log_start_offset=i64_(-1), record_errors=(), error_message=None)
-            for p in t.partitions))
-        for t in topics
-    ]
+def _partition_entry(part_cls, index: int, error: int, message: str | None = None):
+    return make(part_cls, index=i32_(index), error_code=ErrorCode(error), base_offset=i64_(-1), log_append_time=None,
+                log_start_offset=i64_(-1), record_errors=(), error_message=message)
 
 
 def _error_response(version: int, topics: list[TopicSpan], error: int) -> bytes:
     cls = response_class(0, version)
-    return encode(make(cls, responses=tuple(_partition_errors(version, topics, error)), throttle_time=timedelta(0)))
+    topic_cls = nested(cls, "responses")
+    part_cls = nested(topic_cls, "partition_responses")
+    responses = tuple(topic_cls(name=t.name, partition_responses=tuple(_partition_entry(part_cls, p, error)
+                                                                       for p in t.partitions))
+                      for t in topics)
+    return encode(make(cls, responses=responses, throttle_time=timedelta(0)))
 
 
 def _encode_array_len(n: int, flexible: bool) -> bytes:
@@ -179,7 +245,11 @@ def _encode_array_len(n: int, flexible: bool) -> bytes:
 
 
 def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """Fact sheet §1.1 Produce: transactional id WRITE (whole request), then TOPIC WRITE per topic."""
+    """Kafka's ``handleProduceRequest``: TRANSACTIONAL_ID WRITE when any partition's first batch is
+    transactional (the whole request fails otherwise), then TOPIC WRITE per topic (29 on each of a
+    denied topic's partitions), then each allowed partition's records must be exactly one
+    magic-v2 batch (:func:`check_batch`; 87 otherwise).  Only allowed, valid partitions go
+    upstream; the rest is answered by kgw and merged back in request order."""
     if not auth.enabled:
         return FORWARD
     shape: ProduceShape = info.decoded
@@ -195,31 +265,75 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
     for t in shape.topics:
         counts[t.name] = counts.get(t.name, 0) + len(t.partitions)
     allowed = auth.filter(ResourceType.TOPIC, AclOperation.WRITE, counts)
-    if len(allowed) == len(counts):
+    if len(allowed) == len(counts) and not shape.any_invalid:
         return FORWARD
-    denied = [t for t in shape.topics if t.name not in allowed]
+    # (topic position, partition position) -> (error, message) for every partition kgw answers
+    local: dict[tuple[int, int], tuple[int, str | None]] = {}
+    for ti, t in enumerate(shape.topics):
+        if t.name not in allowed:
+            for pi in range(len(t.partitions)):
+                local[(ti, pi)] = (TOPIC_AUTHORIZATION_FAILED, None)
+        elif t.invalid:
+            for pi, problem in t.invalid.items():
+                local[(ti, pi)] = problem
     if shape.acks == 0:
-        return Decision(close=f"produce with acks=0 denied on {len(denied)} topic(s) (TOPIC_AUTHORIZATION_FAILED)")
-    if not allowed:
-        return Decision(respond=_error_response(version, shape.topics, TOPIC_AUTHORIZATION_FAILED))
-    kept = [t for t in shape.topics if t.name in allowed]
-    request = b"".join((
-        bytes(body[header.size : shape.topics_at]),
-        _encode_array_len(len(kept), header.flexible),
-        *(body[t.start : t.end] for t in kept),
-        bytes(body[shape.topics_end :]),
-    ))
+        first = next(iter(local.values()))
+        return Decision(close=f"produce with acks=0 refused on {len(local)} partition(s) (error {first[0]})")
+    flexible = header.flexible
+    parts: list = [bytes(body[header.size : shape.topics_at])]
+    kept_topics = 0
+    topic_parts: list = []
+    for ti, t in enumerate(shape.topics):
+        keep = [pi for pi in range(len(t.partitions)) if (ti, pi) not in local]
+        if not keep:
+            continue
+        kept_topics += 1
+        if len(keep) == len(t.partitions):
+            topic_parts.append(body[t.start : t.end])
+            continue
+        topic_parts.append(body[t.start : t.parts_at])
+        topic_parts.append(_encode_array_len(len(keep), flexible))
+        topic_parts.extend(body[t.spans[pi][0] : t.spans[pi][1]] for pi in keep)
+        topic_parts.append(body[t.parts_end : t.end])
+    if not kept_topics:
+        return Decision(respond=_merged(version, shape, local, None))
+    request = b"".join((*parts, _encode_array_len(kept_topics, flexible), *topic_parts,
+                        bytes(body[shape.topics_end :])))
 
     def merge(buf, off: int) -> bytes:
-        response = decode_response(0, version, buf, off)
-        denied_entries = iter(_partition_errors(version, denied, TOPIC_AUTHORIZATION_FAILED))
-        merged = merge_in_request_order(
-            shape.topics, response.responses,
-            denied_entry=lambda t: None if t.name in allowed else next(denied_entries),
-            same=lambda e, t: e.name == t.name)
-        return encode(replace(response, responses=merged))
+        return _merged(version, shape, local, decode_response(0, version, buf, off))
 
     return Decision(request=request, merge=merge)
+
+
+def _merged(version: int, shape: ProduceShape, local: dict, response) -> bytes:
+    """The client's response: kgw's entries for ``local`` partitions and the upstream's for the
+    rest, topic by topic and partition by partition in request order (upstream entries nobody
+    asked for are kept at the end)."""
+    cls = response_class(0, version)
+    topic_cls = nested(cls, "responses")
+    part_cls = nested(topic_cls, "partition_responses")
+    upstream: dict[tuple[str, int], list] = {}
+    for entry in (response.responses if response is not None else ()):
+        for p in entry.partition_responses:
+            upstream.setdefault((entry.name, p.index), []).append(p)
+    out = []
+    for ti, t in enumerate(shape.topics):
+        entries = []
+        for pi, index in enumerate(t.partitions):
+            problem = local.get((ti, pi))
+            if problem is not None:
+                entries.append(_partition_entry(part_cls, index, problem[0], problem[1]))
+            else:
+                found = upstream.get((t.name, index))
+                if found:
+                    entries.append(found.pop(0))
+        out.append(topic_cls(name=t.name, partition_responses=tuple(entries)))
+    extra = [topic_cls(name=name, partition_responses=tuple(ps)) for (name, _), ps in upstream.items() if ps]
+    out.extend(extra)
+    if response is None:
+        return encode(make(cls, responses=tuple(out), throttle_time=timedelta(0)))
+    return encode(replace(response, responses=tuple(out)))
 
 
 def has_top_level_tags(version: int, frame: memoryview, off: int) -> bool:

@@ -28,9 +28,12 @@ otherwise it goes with ``allow_auto_topic_creation=false`` and, for topics the
 upstream reports missing, the real (logged) checks run when the response
 arrives: denied → 29, allowed → the upstream's 3 (the topic is not
 auto-created in that mixed case).  Metadata v0-3 cannot switch auto-creation
-off; there, a non-creatable topic is forwarded only if kgw has seen it exist,
-and answered 29 otherwise (what Kafka answers for a missing topic without
-CREATE).
+off; there, a non-creatable topic is never forwarded and is answered 29 (what
+Kafka answers for a missing topic without CREATE; for an existing one Kafka would
+describe it, but kgw cannot know existence without a request that may create it).
+Requests naming topic ids (v12+) are forwarded as Kafka reads them: the ids
+only, name-only entries dropped, auto-creation off; the response keeps only the
+requested ids and is filtered by name.
 
 Topic ids.  The gateway learns ``topic id -> name`` (and which names exist)
 from the upstream Metadata, DescribeTopicPartitions and CreateTopics responses
@@ -74,6 +77,7 @@ TOPIC = ResourceType.TOPIC
 CLUSTER = ResourceType.CLUSTER
 Op = AclOperation
 
+_ZERO_UUID = UUID(int=0)
 #: the schema default of every ``*_authorized_operations`` field (Int.MinValue)
 OPS_NOT_REQUESTED = -(2**31)
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
@@ -230,19 +234,35 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
                                             cluster_authorized_operations=i32(OPS_NOT_REQUESTED),
                                             error_code=ErrorCode(INVALID_REQUEST))))
 
-    if all_topics or any(t.topic_id is not None for t in request.topics if hasattr(t, "topic_id")):
+    ids = [] if all_topics else [t.topic_id for t in request.topics
+                                 if getattr(t, "topic_id", None) is not None and t.topic_id != _ZERO_UUID]
+    if all_topics or ids:
         by_id = not all_topics
+        new_request = None
+        if by_id:
+            # Kafka (KafkaApis.handleTopicMetadataRequest): once any id is given, only the ids
+            # count (name-only entries are ignored) and ids name existing topics, so nothing is
+            # created.  Forward exactly that: the distinct ids, no names, auto-creation off.
+            wanted_ids = list(dict.fromkeys(ids))
+            id_topic = type(request.topics[0])
+            new_request = encode(dataclasses.replace(
+                request, topics=tuple(make(id_topic, topic_id=i, name=None) for i in wanted_ids),
+                allow_auto_topic_creation=False))
+            wanted_set = set(wanted_ids)
 
         def merge_filtered(buf, off: int) -> bytes:
             response = decode_response(3, version, buf, off)
-            _md_learn(response.topics)
-            named = [t for t in response.topics if t.name is not None and t.error_code != UNKNOWN_TOPIC_ID]
+            topics = response.topics
+            if by_id:  # only what was asked for, whatever the upstream added
+                topics = [t for t in topics if getattr(t, "topic_id", None) in wanted_set]
+            _md_learn(topics)
+            named = [t for t in topics if t.name is not None and t.error_code != UNKNOWN_TOPIC_ID]
             allowed = auth.filter(TOPIC, Op.DESCRIBE, _distinct(t.name for t in named), log_if_denied=by_id)
             response = _md_cluster_ops(auth, request, response)
             out = []
-            for t in response.topics:
+            for t in topics:
                 if t.name is None or t.error_code == UNKNOWN_TOPIC_ID:
-                    out.append(_md_ops(auth, t, False))
+                    out.append(_md_ops(auth, dataclasses.replace(t, name=None) if by_id else t, False))
                 elif t.name in allowed:
                     out.append(_md_ops(auth, t, include_ops))
                 elif by_id:  # ids are not sensitive: the id with a null name
@@ -250,7 +270,7 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
                 # all-topics: silently omitted
             return encode(dataclasses.replace(response, topics=tuple(out)))
 
-        return Decision(merge=merge_filtered)
+        return Decision(request=new_request, merge=merge_filtered)
 
     names = _distinct(t.name for t in request.topics)
     described = auth.filter(TOPIC, Op.DESCRIBE, names)  # T/T: named topics
@@ -269,7 +289,9 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
             if version >= 4:
                 forward_auto = False
             else:
-                held_back = [n for n in names if n in not_creatable and not LEARNED.exists(n)]
+                # v0-3 always auto-creates: a topic kgw may not let the client create is never
+                # forwarded, whatever kgw remembers about its existence (it may have been deleted)
+                held_back = [n for n in names if n in not_creatable]
     forwarded = [t for t in request.topics if t.name in described and t.name not in held_back]
     seen: set[str] = set()
     forwarded = [t for t in forwarded if not (t.name in seen or seen.add(t.name))]
@@ -339,7 +361,13 @@ def _enforce_describe_topic_partitions(auth: AuthHelper, header: RequestHeader, 
             _md_learn(response.topics)
             kept = [t for t in response.topics
                     if t.name is None or auth.allowed(TOPIC, t.name, Op.DESCRIBE)]
-            return encode(dataclasses.replace(response, topics=tuple(with_ops(t) for t in kept)))
+            next_cursor = response.next_cursor
+            if next_cursor is not None and not auth.allowed(TOPIC, next_cursor.topic_name, Op.DESCRIBE, False, False):
+                # the cursor would name a topic the client may not see: end the page here
+                # (the client re-asks without it; disclosing the name is not an option)
+                next_cursor = None
+            return encode(dataclasses.replace(response, topics=tuple(with_ops(t) for t in kept),
+                                              next_cursor=next_cursor))
 
         return Decision(merge=merge_all)
 
@@ -352,16 +380,11 @@ def _enforce_describe_topic_partitions(auth: AuthHelper, header: RequestHeader, 
             error_topic(INVALID_REQUEST, t.name) for t in request.topics))))
     allowed = {n for n in sorted(names) if auth.allowed(TOPIC, n, Op.DESCRIBE)}
     denied = {n: [error_topic(TOPIC_AUTHORIZATION_FAILED, n)] for n in names if n not in allowed}
-    if not denied:
-        def merge_ops(buf, off: int) -> bytes:
-            response = decode_response(75, version, buf, off)
-            _md_learn(response.topics)
-            return encode(dataclasses.replace(response, topics=tuple(with_ops(t) for t in response.topics)))
-
-        return Decision(merge=merge_ops)
     if not allowed:
         return Decision(respond=encode(make(cls, throttle_time=_ZERO_TIME, next_cursor=None,
                                             topics=_ordered(names, denied, (), lambda t: t.name))))
+    # Forward exactly the authorized names (at or after the cursor, each once), never the
+    # client's list: names before the cursor were neither authorized nor asked for.
     kept = [t for t in request.topics if t.name in allowed]
     seen: set[str] = set()
     kept = [t for t in kept if not (t.name in seen or seen.add(t.name))]
@@ -370,8 +393,9 @@ def _enforce_describe_topic_partitions(auth: AuthHelper, header: RequestHeader, 
 
     def merge(buf, off: int) -> bytes:
         response = decode_response(75, version, buf, off)
-        _md_learn(response.topics)
-        upstream = [with_ops(t) for t in response.topics]
+        mine = [t for t in response.topics if t.name in allowed]  # whatever else the upstream sent
+        _md_learn(mine)
+        upstream = [with_ops(t) for t in mine]
         return encode(dataclasses.replace(response, topics=_ordered(names, denied, upstream, lambda t: t.name)))
 
     return Decision(request=new_request, merge=merge)

@@ -255,13 +255,33 @@ def test_metadata_by_id_returns_id_with_null_name_when_denied(caplog):
     ida, idb, idc = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     entity = md_request(12, [], ids=[ida, idb, idc])
     d = enforce(entity, authorizer(acl("a-", Op.DESCRIBE)))
-    assert d.request is None  # forwarded whole, filtered on the way back
+    forwarded = sent(entity, d)  # the ids only, auto-creation off; filtered on the way back
+    assert [(t.name, t.topic_id) for t in forwarded.topics] == [(None, ida), (None, idb), (None, idc)]
+    assert forwarded.allow_auto_topic_creation is False
     upstream = md_response(12, [md_topic(12, "a-1", topic_id=ida), md_topic(12, "b-1", topic_id=idb),
-                                md_topic(12, None, error=100, topic_id=idc)])
+                                md_topic(12, None, error=100, topic_id=idc),
+                                md_topic(12, "a-extra", topic_id=uuid.uuid4())])  # not asked for: dropped
     out = merged(entity, d, upstream)
     assert [(t.name, t.topic_id, t.error_code) for t in out.topics] == [
         ("a-1", ida, 0), (None, idb, 29), (None, idc, 100)]
     assert lines(caplog, logging.INFO, "Denied operation = DESCRIBE", "Topic:LITERAL:b-1")
+
+
+def test_metadata_mixing_ids_and_names_forwards_only_the_ids_and_never_auto_creates():
+    """Finding 1: one id among named topics with auto-creation on must not let the names through."""
+    known = uuid.uuid4()
+    cls = request_class(3, 12)
+    tcls = elem(cls, "topics")
+    entity = cls(topics=(tcls(name=None, topic_id=known), *(tcls(name=f"new-{i}", topic_id=None) for i in range(20)),
+                         tcls(name="secret", topic_id=uuid.uuid4())),
+                 allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+    d = enforce(entity, authorizer())  # no ACL at all
+    forwarded = sent(entity, d)
+    assert all(t.name is None for t in forwarded.topics)
+    assert len(forwarded.topics) == 2 and forwarded.topics[0].topic_id == known
+    assert forwarded.allow_auto_topic_creation is False
+    out = merged(entity, d, md_response(12, [md_topic(12, "hidden", topic_id=known)]))
+    assert [(t.name, t.topic_id, t.error_code) for t in out.topics] == [(None, known, 29)]
 
 
 def test_metadata_v10_with_topic_id_is_an_invalid_request():
@@ -312,14 +332,16 @@ def test_metadata_auto_create_not_requested_never_checks_create(caplog):
     assert not [m for _, m in audit(caplog) if "CREATE" in m]
 
 
-def test_metadata_v1_holds_back_unknown_topics_without_create():
-    authz = authorizer(acl("a-", Op.DESCRIBE))
+def test_metadata_v1_never_forwards_a_topic_without_create_even_one_kgw_saw_exist():
+    """v0-3 always auto-creates: a topic kgw saw once may have been deleted since, so kgw's memory
+    is no reason to forward it (finding 5 of the hostile-client review)."""
+    authz = authorizer(acl("a-", Op.DESCRIBE), acl("a-c", Op.CREATE))
     T.LEARNED.learn("a-known", None)
-    entity = md_request(1, ["a-known", "a-unknown"])
+    entity = md_request(1, ["a-known", "a-unknown", "a-creatable"])
     d = enforce(entity, authz)
-    assert [t.name for t in sent(entity, d).topics] == ["a-known"]
-    out = merged(entity, d, md_response(1, [md_topic(1, "a-known")]))
-    assert [(t.name, t.error_code) for t in out.topics] == [("a-known", 0), ("a-unknown", 29)]
+    assert [t.name for t in sent(entity, d).topics] == ["a-creatable"]
+    out = merged(entity, d, md_response(1, [md_topic(1, "a-creatable")]))
+    assert [(t.name, t.error_code) for t in out.topics] == [("a-known", 29), ("a-unknown", 29), ("a-creatable", 0)]
 
 
 # -- DescribeTopicPartitions (75) ------------------------------------------------
@@ -720,3 +742,35 @@ def test_partition_reassignments():
     out = answered(entity, enforce(entity, authorizer(cluster_acl(Op.ALTER, perm=DENY))))
     assert out.error_code == 31
     assert [(t.name, [p.partition_index for p in t.partitions]) for t in out.topics] == [("a", [0, 3])]
+
+
+def test_dtp_names_before_the_cursor_are_never_forwarded_nor_returned():
+    """Finding 4: names ordered before the cursor were neither authorized nor removed."""
+    authz = authorizer(acl("c-", Op.DESCRIBE), acl("a-", Op.DESCRIBE))
+    entity = dtp_request(["a-1", "b-secret", "c-1"], cursor=("c-1", 0))
+    d = enforce(entity, authz)
+    assert [t.name for t in sent(entity, d).topics] == ["c-1"]
+    cls = response_class(75, 0)
+    tcls = elem(cls, "topics")
+    topic = lambda n: make(tcls, error_code=E.none, name=n, topic_id=uuid.uuid4(), is_internal=False, partitions=(),
+                           topic_authorized_operations=i32(-2147483648))
+    upstream = make(cls, throttle_time=timedelta(0), next_cursor=None, topics=(topic("b-secret"), topic("c-1")))
+    out = merged(entity, d, upstream)
+    assert [t.name for t in out.topics] == ["c-1"]
+
+
+def test_dtp_all_topics_never_names_a_hidden_topic_in_the_next_cursor():
+    authz = authorizer(acl("a-", Op.DESCRIBE))
+    entity = dtp_request([])
+    d = enforce(entity, authz)
+    cls = response_class(75, 0)
+    tcls = elem(cls, "topics")
+    ccls = elem(cls, "next_cursor")
+    topic = lambda n: make(tcls, error_code=E.none, name=n, topic_id=uuid.uuid4(), is_internal=False, partitions=(),
+                           topic_authorized_operations=i32(-2147483648))
+    hidden = make(cls, throttle_time=timedelta(0), next_cursor=ccls(topic_name="b-secret", partition_index=i32(0)),
+                  topics=(topic("a-1"),))
+    out = merged(entity, d, hidden)
+    assert [t.name for t in out.topics] == ["a-1"] and out.next_cursor is None
+    visible = dataclasses.replace(hidden, next_cursor=ccls(topic_name="a-2", partition_index=i32(3)))
+    assert merged(entity, d, visible).next_cursor.topic_name == "a-2"
