@@ -385,6 +385,23 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
     add(ConfigDef("max.in.flight.requests.per.connection", ConfigType.INT,
                   "Requests a client may have outstanding on one connection.", "1000",
                   source_path="limits.max_in_flight_per_connection"), config.limits.max_in_flight_per_connection)
+    lim = config.limits
+    for key, kind, doc, field in (
+        ("sasl.server.max.receive.size", ConfigType.INT, "Largest frame accepted before SASL authentication.",
+         "sasl_max_receive_bytes"),
+        ("authentication.timeout.ms", ConfigType.INT, "Time to finish the TLS handshake and SASL exchange.",
+         "authentication_timeout_ms"),
+        ("connections.max.idle.ms", ConfigType.LONG, "Close connections idle for this long.",
+         "connections_max_idle_ms"),
+        ("max.connections.per.ip", ConfigType.INT, "Connections one client host may hold open.",
+         "max_connections_per_ip"),
+        ("connection.failed.authentication.delay.ms", ConfigType.INT, "Delay before answering a failed login.",
+         "failed_authentication_delay_ms"),
+        ("password.hash.threads", ConfigType.INT, "Threads verifying password hashes at once.",
+         "password_hash_threads"),
+    ):
+        default = type(lim).__dataclass_fields__[field].default
+        add(ConfigDef(key, kind, doc, str(default), source_path=f"limits.{field}"), getattr(lim, field))
     add(ConfigDef("data.plane.thread.enable", ConfigType.BOOLEAN,
                   "Serve plain-TCP connections' forwarding path on a dedicated epoll thread.", "true",
                   source_path="io.data_plane_thread"), config.io.data_plane_thread)

@@ -284,6 +284,24 @@ class LimitsConfig:
     """Largest request frame accepted (Kafka socket.request.max.bytes)."""
     max_in_flight_per_connection: int = 1000
     """Requests a client may have outstanding on one connection."""
+    sasl_max_receive_bytes: int = 524288
+    """Largest frame accepted on a SASL listener before the client has authenticated
+    (Kafka sasl.server.max.receive.size)."""
+    authentication_timeout_ms: int = 10000
+    """Time a client has from connecting to finishing its TLS handshake and SASL exchange;
+    past it the connection is closed."""
+    connections_max_idle_ms: int = 600000
+    """A connection with nothing in flight that sends nothing for this long is closed
+    (Kafka connections.max.idle.ms)."""
+    max_connections_per_ip: int = 1000
+    """Connections one client host may hold open, over all listeners (Kafka
+    max.connections.per.ip); further ones are closed at once."""
+    failed_authentication_delay_ms: int = 100
+    """A failed SASL authentication is answered, and its connection closed, only after this
+    delay (Kafka connection.failed.authentication.delay.ms); 0 = at once."""
+    password_hash_threads: int = 1
+    """Worker threads that may verify stretched (PLAIN) password hashes at once; a flood of
+    logins then costs at most this many cores."""
 
 
 @_model
@@ -896,6 +914,12 @@ def _limits(ctx: _Ctx, r: _Reader) -> LimitsConfig:
     return LimitsConfig(
         max_frame_bytes=r("max_frame_bytes", _POSITIVE, 104857600),
         max_in_flight_per_connection=r("max_in_flight_per_connection", _POSITIVE, 1000),
+        sasl_max_receive_bytes=r("sasl_max_receive_bytes", _POSITIVE, 524288),
+        authentication_timeout_ms=r("authentication_timeout_ms", _POSITIVE, 10000),
+        connections_max_idle_ms=r("connections_max_idle_ms", _POSITIVE, 600000),
+        max_connections_per_ip=r("max_connections_per_ip", _POSITIVE, 1000),
+        failed_authentication_delay_ms=r("failed_authentication_delay_ms", _int(0), 100),
+        password_hash_threads=r("password_hash_threads", _POSITIVE, 1),
     )
 
 

@@ -22,13 +22,14 @@ starts again from zero.  A successful authentication calls :meth:`forget`,
 so the count is of failures since the host's last success.
 
 Nothing here logs a secret: the log line names the listener, mechanism, host
-and count only.  The tracker is not thread-safe and needs no lock under Trio
-(all connections run in one thread).
+and count only.  Failures are recorded from Trio and from the worker threads
+that verify password hashes, so the table is guarded by a lock.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
 
 from prometheus_client import CollectorRegistry, Counter
@@ -75,15 +76,17 @@ class AuthFailureTracker:
         self.capacity = capacity
         self.warn_threshold = warn_threshold
         self._counts: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
 
     def record_failure(self, address: str | tuple, *, listener: str = "unknown", mechanism: str = "unknown") -> int:
         """Count one failure of ``address`` (a host, or a (host, port, ...) tuple); return the host's count."""
         host = _host(address)
         self.counter.labels(listener, mechanism or "unknown").inc()
-        count = self._counts.pop(host, 0) + 1
-        self._counts[host] = count
-        if len(self._counts) > self.capacity:
-            self._counts.popitem(last=False)
+        with self._lock:
+            count = self._counts.pop(host, 0) + 1
+            self._counts[host] = count
+            if len(self._counts) > self.capacity:
+                self._counts.popitem(last=False)
         if count >= self.warn_threshold and _is_power_of_two(count // self.warn_threshold) and (
             count % self.warn_threshold == 0
         ):
@@ -95,7 +98,8 @@ class AuthFailureTracker:
 
     def forget(self, address: str | tuple) -> None:
         """Reset a host's count (call after a successful authentication)."""
-        self._counts.pop(_host(address), None)
+        with self._lock:
+            self._counts.pop(_host(address), None)
 
     def count(self, address: str | tuple) -> int:
         """Failures recorded for a host and still remembered."""

@@ -184,13 +184,28 @@ class ClientConnection:
         #: on the data plane: request counters incremented once the request went upstream (its
         #: response is read in a later event, so it is counted before the client can see it)
         self._deferred: list | None = None
+        limits = self.gw.config.limits
+        self._limits = limits
+        self._decoder: FrameDecoder | None = None
+        #: time.monotonic() of the last bytes read from the client (idle timeout), and the
+        #: moment authentication must be complete by
+        self._last_read = time.monotonic()
+        self._auth_deadline = self._last_read + limits.authentication_timeout_ms / 1000.0
+        self._idle_s = limits.connections_max_idle_ms / 1000.0
 
     # ------------------------------------------------------------------ entry
     async def run(self) -> None:
         try:
-            self.stream, self.auth = await self.listener.security.accept(self.stream, self.peer[0])
+            with trio.fail_at(_trio_deadline(self._auth_deadline)):
+                self.stream, self.auth = await self.listener.security.accept(self.stream, self.peer[0])
         except AuthenticationFailed:
             return  # logged and counted by the listener's security
+        except trio.TooSlowError:
+            self._metrics.errors.labels(self._listener_name, "-", "authentication_timeout").inc()
+            log.info("closing client connection: TLS handshake not finished within %d ms "
+                     "(limits.authentication_timeout_ms)", self._limits.authentication_timeout_ms,
+                     extra=self._fields())
+            return
         if self.auth.principal is not None:
             self.principal = self.auth.principal
         self.stream = fast_stream(self.stream)
@@ -283,13 +298,59 @@ class ClientConnection:
         )
 
     # ----------------------------------------------------------- client side
+    @property
+    def authenticated(self) -> bool:
+        session = self.auth.session
+        return session is None or session.authenticated
+
+    def _read_deadline(self) -> float:
+        """time.monotonic() by which the client must send something: the authentication
+        deadline until it has authenticated, then the idle deadline."""
+        if not self.authenticated:
+            return self._auth_deadline
+        return self._last_read + self._idle_s
+
+    def check_timeouts(self, now: float) -> None:
+        """Raise :class:`CloseConnection` if the client took too long to authenticate, or has
+        been idle (nothing in flight, nothing sent) for ``connections_max_idle_ms``.  Trio
+        path and data plane alike."""
+        if not self.authenticated:
+            if now >= self._auth_deadline:
+                raise CloseConnection(
+                    f"authentication not completed within {self._limits.authentication_timeout_ms} ms "
+                    "(limits.authentication_timeout_ms)", "authentication_timeout")
+        elif now >= self._last_read + self._idle_s:
+            if self._pending:  # waiting for answers is not idleness
+                self._last_read = now
+                return
+            raise CloseConnection(f"idle for {self._limits.connections_max_idle_ms} ms "
+                                  "(limits.connections_max_idle_ms)", "idle")
+
+    def _new_decoder(self) -> FrameDecoder:
+        """Before a SASL client has authenticated, frames are capped at Kafka's
+        sasl.server.max.receive.size (512 KiB by default), not socket.request.max.bytes."""
+        if self.authenticated:
+            return FrameDecoder(self._limits.max_frame_bytes)
+        return FrameDecoder(self._limits.sasl_max_receive_bytes, "limits.sasl_max_receive_bytes")
+
+    def _authenticated_now(self) -> None:
+        """The SASL exchange succeeded: the full frame limit applies from the next frame on."""
+        if self._decoder is not None:
+            self._decoder.limit = self._limits.max_frame_bytes
+            self._decoder.limit_name = "socket.request.max.bytes"
+
     async def _read_client(self) -> FrameDecoder | None:
         """Serve requests on Trio; returns the decoder when the connection moves to the data plane."""
-        decoder = FrameDecoder(self.gw.config.limits.max_frame_bytes)
+        decoder = self._decoder = self._new_decoder()
         bytes_in = self._metrics.bytes_in.labels(self._listener_name)
         to_upstream = self._queued  # frames to forward, sent together once a chunk is parsed
         while True:
-            data = await _receive(self.stream, decoder)
+            with trio.move_on_at(_trio_deadline(self._read_deadline())) as timer:
+                data = await _receive(self.stream, decoder)
+            if timer.cancelled_caught:
+                self.check_timeouts(time.monotonic())
+                continue
+            self._last_read = time.monotonic()
             if not data:
                 if decoder.in_frame:
                     log.info("client closed the connection in the middle of a request (%d bytes buffered)",
@@ -456,21 +517,36 @@ class ClientConnection:
         if session is None:
             response, close = _not_a_sasl_listener(header), False
         elif session.mechanism == "PLAIN" or getattr(request, "mechanism", None) == "PLAIN":
-            # PLAIN verifies a stretched password hash: keep it off the event loop.
-            response, close = await trio.to_thread.run_sync(session.handle, header.api_key, header.api_version, request)
+            # PLAIN verifies a stretched password hash: off the event loop, on at most
+            # limits.password_hash_threads threads at once
+            response, close = await trio.to_thread.run_sync(session.handle, header.api_key, header.api_version,
+                                                            request, limiter=self.gw.password_hash_limiter)
         else:
             response, close = session.handle(header.api_key, header.api_version, request)
+        if close:
+            await self._failed_authentication_delay()
         await self._answer_locally(header, spec, encode(response))
         if session is not None and session.authenticated and self.principal is ANONYMOUS:
             self.principal = session.principal
+            self._authenticated_now()
             log.info("authenticated as %s with %s", self.principal, session.mechanism, extra=self._fields(header))
         if close:
             raise CloseConnection(f"SASL authentication failed: {session.failure_reason}", "authentication")
 
+    async def _failed_authentication_delay(self) -> None:
+        """Kafka's connection.failed.authentication.delay.ms: the failure is answered (and the
+        connection closed) only after a delay, so a client cannot retry passwords at full
+        speed; the wait holds no thread."""
+        delay = self._limits.failed_authentication_delay_ms
+        if delay:
+            await trio.sleep(delay / 1000.0)
+
     async def _raw_sasl_token(self, session, token: bytes) -> None:
         """A bare SASL token after SaslHandshake v0; the reply is a bare frame."""
-        reply, close = await trio.to_thread.run_sync(session.handle_raw_token, token)
+        reply, close = await trio.to_thread.run_sync(session.handle_raw_token, token,
+                                                     limiter=self.gw.password_hash_limiter)
         if reply is None or close:
+            await self._failed_authentication_delay()
             raise CloseConnection(f"SASL authentication failed: {session.failure_reason}", "authentication")
         slot = _Slot(None, None)
         slot.data = _I32.pack(len(reply)) + reply
@@ -478,6 +554,7 @@ class ClientConnection:
         await self._flush()
         if session.authenticated:
             self.principal = session.principal
+            self._authenticated_now()
 
     def _auth_helper(self, header: RequestHeader) -> AuthHelper:
         authorizer = self.gw.authorizer

@@ -42,8 +42,9 @@ counters are added every tick (they may lag the traffic by up to 100 ms).
 Back-pressure: a lane stops reading its client while ``max_in_flight``
 responses are outstanding or bytes wait to go upstream, and stops reading its
 upstream while bytes wait to go to the client; writes that would block are
-queued and finished on EPOLLOUT.  Deadlines: every 100 ms while requests are in
-flight, lanes whose oldest request is past its deadline are closed.  A failure
+queued and finished on EPOLLOUT.  Deadlines: every 100 ms, lanes whose oldest
+request is past its deadline are closed, and so are lanes idle (nothing in
+flight, nothing read) for ``limits.connections_max_idle_ms``.  A failure
 inside one lane (even a bug) closes that connection only.
 """
 
@@ -305,6 +306,11 @@ class DataPlane:
             in_flight = lane.conn._in_flight
             if in_flight and now >= in_flight[0].deadline:
                 self._end(lane, ("closed", lane.conn.timeout_error(in_flight[0])))
+            elif not lane.paused:  # (a paused lane's connection belongs to its Trio task)
+                try:
+                    lane.conn.check_timeouts(now)  # idle for connections_max_idle_ms
+                except CloseConnection as e:
+                    self._end(lane, ("closed", e))
 
     # ---------------------------------------------------------------- events
     def _client_event(self, lane: Lane, ev: int) -> None:
@@ -329,6 +335,7 @@ class DataPlane:
             return
         if n > 0:
             lane.n_in += n
+            lane.conn._last_read = time.monotonic()
             self._process_client(lane)
 
     def _process_client(self, lane: Lane) -> None:

@@ -68,6 +68,7 @@ class Listener:
         self._nursery: trio.Nursery | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._connections = 0
+        self._refused_hosts: set[str] = set()  # hosts refused for max_connections_per_ip (logged once)
         #: dynamic (DescribeConfigs/AlterConfigs may change it at run time)
         self.max_connections: int = config.max_connections
 
@@ -137,6 +138,18 @@ class Listener:
                     self.gateway.metrics.errors.labels(self.name, "-", "connection_limit").inc()
                     await trio.aclose_forcefully(stream)
                     continue
+                per_host = self.gateway.connections_per_host
+                host = addr[0]
+                if per_host.get(host, 0) >= self.gateway.config.limits.max_connections_per_ip:
+                    # logged at most once per refused burst: the count says how many
+                    self.gateway.metrics.errors.labels(self.name, "-", "connection_limit_per_ip").inc()
+                    if host not in self._refused_hosts:
+                        self._refused_hosts.add(host)
+                        log.warning("client host %s holds %d connections (limits.max_connections_per_ip); "
+                                    "refusing more", host, per_host[host])
+                    await trio.aclose_forcefully(stream)
+                    continue
+                per_host[host] = per_host.get(host, 0) + 1
                 assert self._nursery is not None
                 self._nursery.start_soon(self._handle, stream, addr, node_id)
 
@@ -154,5 +167,12 @@ class Listener:
             log.exception("client connection failed", extra=fields(listener=self.name, client=f"{peer[0]}:{peer[1]}"))
         finally:
             self._connections -= 1
+            per_host = self.gateway.connections_per_host
+            left = per_host.get(peer[0], 1) - 1
+            if left > 0:
+                per_host[peer[0]] = left
+            else:
+                per_host.pop(peer[0], None)
+                self._refused_hosts.discard(peer[0])
             active.dec()
             await trio.aclose_forcefully(stream)

@@ -56,6 +56,10 @@ class Gateway:
         self._advertised_for = None
         #: the epoll thread serving plain-TCP connections (gateway/data_plane.py); None: all on Trio
         self.data_plane: DataPlane | None = None
+        #: worker threads that verify stretched password hashes at once (limits.password_hash_threads)
+        self.password_hash_limiter = trio.CapacityLimiter(config.limits.password_hash_threads)
+        #: open client connections per client host, over all listeners (limits.max_connections_per_ip)
+        self.connections_per_host: dict[str, int] = {}
 
     @staticmethod
     def _make_authorizer(config):

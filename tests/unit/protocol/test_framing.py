@@ -82,3 +82,60 @@ def test_frames_assembled_across_reads_are_read_only_views():
     while (f := d.next_frame()) is not NEED_DATA:
         out.append(f)
     assert all(f.readonly for f in out)
+
+
+# ---------------------------------------------------------------- memory follows the bytes (Rule 3)
+
+def _buffer_capacity(decoder) -> int:
+    return len(decoder._partial) if decoder._partial is not None else 0
+
+
+def test_an_announced_length_allocates_nothing_beyond_what_arrived():
+    """A 4-byte length of 100 MiB plus one byte must not cost 100 MiB (hostile-client finding 6)."""
+    from protocol.framing import INITIAL_PARTIAL
+
+    decoder = FrameDecoder(200 * 1024 * 1024)
+    decoder.receive_data(struct.pack(">i", 100 * 1024 * 1024) + b"x" * 46)
+    assert decoder.next_frame() is NEED_DATA
+    assert _buffer_capacity(decoder) <= 50 + INITIAL_PARTIAL
+
+
+def test_a_large_frame_grows_with_its_bytes_and_arrives_whole_both_ways():
+    body = bytes(range(256)) * 4096 * 3  # 3 MiB
+    wire = struct.pack(">i", len(body)) + body
+    # chunks fed with receive_data
+    decoder = FrameDecoder(len(body))
+    capacities = []
+    for i in range(0, len(wire), 10_000):
+        decoder.receive_data(wire[i : i + 10_000])
+        got = decoder.next_frame()
+        capacities.append(_buffer_capacity(decoder))
+    assert bytes(got) == wire
+    assert max(capacities) <= len(wire)
+    assert capacities[0] < 100_000  # started small
+    # received straight into the buffer (recv_into path)
+    decoder = FrameDecoder(len(body))
+    decoder.receive_data(wire[:1000])
+    assert decoder.next_frame() is NEED_DATA
+    pos = 1000
+    while pos < len(wire):
+        space = decoder.partial_space()
+        assert space is not None
+        n = min(len(space), 70_000, len(wire) - pos)
+        space[:n] = wire[pos : pos + n]
+        decoder.partial_filled(n)
+        held = space[:n]  # a caller may still hold a view of the old buffer while it grows
+        pos += n
+    assert bytes(decoder.next_frame()) == wire
+    del held
+
+
+def test_the_limit_can_change_between_frames_and_names_its_setting():
+    decoder = FrameDecoder(16, "sasl.server.max.receive.size")
+    decoder.receive_data(struct.pack(">i", 17))
+    with pytest.raises(FrameTooLarge, match=r"17 bytes exceeds the limit of 16 bytes \(sasl.server.max.receive.size\)"):
+        decoder.next_frame()
+    decoder = FrameDecoder(16)
+    decoder.limit = 32
+    decoder.receive_data(struct.pack(">i", 17) + b"y" * 17)
+    assert len(decoder.next_frame()) == 21
