@@ -60,7 +60,7 @@ from .acl import (
     validate_acl_binding_for_create,
 )
 from .acl_index import AclIndex, StandardAcl
-from .audit import AuditLevels, log_decision
+from .audit import AuditLevels, api_name, audit_logger, log_decision
 from .authorizer import (
     AclBindingDeleteResult,
     AclCreateResult,
@@ -341,6 +341,26 @@ def _parse_java_boolean(value: Any) -> bool:
 # ==========================================================================
 
 
+#: audit lines written for one authorize call (one request); the decisions beyond it are
+#: summarised in one line per (operation, resource type, outcome) with their count, so a
+#: request naming 200k topics cannot write 200k lines
+MAX_AUDITED_ACTIONS_PER_CALL = 100
+
+
+def _log_suppressed(principal_key: str, context: AuthorizableRequestContext,
+                    suppressed: dict[tuple[str, str, bool], int]) -> None:
+    for (operation, resource_type, was_allowed), count in suppressed.items():
+        audit_logger.log(
+            logging.INFO,
+            "Principal = %s is %s operation = %s from host = %s on %d more %s resources for request = %s "
+            "(not logged one by one: over %d audited actions in one request) (clientId = %s, correlationId = %s)",
+            principal_key, "Allowed" if was_allowed else "Denied", operation, context.host_address, count,
+            resource_type, api_name(context.request_type), MAX_AUDITED_ACTIONS_PER_CALL, context.client_id,
+            context.correlation_id,
+            extra={"kgw_principal": principal_key, "kgw_allowed": was_allowed, "kgw_operation": operation,
+                   "kgw_suppressed": count, "kgw_resource_type": resource_type})
+
+
 class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
     """Kafka's StandardAuthorizer semantics over an in-memory ``AclIndex``.
 
@@ -433,6 +453,8 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
         allowed_silent = levels.allowed_silent
         results: list[AuthorizationResult] = []
         allowed = 0
+        logged = 0
+        suppressed: dict[tuple[str, str, bool], int] | None = None
         for action in actions:
             rule = _decide(data, principal_key, host, action)
             result = rule.result
@@ -445,7 +467,16 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
             else:
                 level = levels.level_for(False, action)
             if level:
+                if logged >= MAX_AUDITED_ACTIONS_PER_CALL:
+                    if suppressed is None:
+                        suppressed = {}
+                    key = (action.operation.name, action.resource_pattern.resource_type.pascal_name, result is _ALLOWED)
+                    suppressed[key] = suppressed.get(key, 0) + 1
+                    continue
+                logged += 1
                 log_decision(level, principal_key, result is _ALLOWED, action, context, rule)
+        if suppressed:
+            _log_suppressed(principal_key, context, suppressed)
         metrics = self._metrics
         if metrics is not None:
             metrics.record(context.listener_name, allowed, len(results) - allowed)

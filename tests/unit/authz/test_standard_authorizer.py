@@ -689,3 +689,20 @@ def test_metrics_count_per_action_per_listener_and_acl_total():
     assert value("kgw_authorizer_authorization_denied_total", listener="SSL") == 2
     a.apply_changes({uuid.uuid4(): acl("more")}, [])
     assert value("kgw_authorizer_acls_total_count") == 3
+
+
+def test_one_request_denied_on_many_resources_writes_a_bounded_audit(caplog):
+    """200k denied topics in one request must not write 200k lines (hostile-client finding 7):
+    the first MAX_AUDITED_ACTIONS_PER_CALL are logged one by one, the rest counted in one line."""
+    from authz.audit import AUDIT_LOGGER_NAME
+    from authz.standard_authorizer import MAX_AUDITED_ACTIONS_PER_CALL
+
+    caplog.set_level(logging.INFO, logger=AUDIT_LOGGER_NAME)
+    a = make()
+    n = MAX_AUDITED_ACTIONS_PER_CALL + 5000
+    actions = [action(f"t{i}", Op.DESCRIBE, log_if_denied=True) for i in range(n)]
+    results = a.authorize(ctx(), actions)
+    assert len(results) == n and all(r.name == "DENIED" for r in results)  # every action still decided
+    lines = [r.getMessage() for r in caplog.records if r.name == AUDIT_LOGGER_NAME]
+    assert len(lines) == MAX_AUDITED_ACTIONS_PER_CALL + 1
+    assert "Denied operation = DESCRIBE" in lines[-1] and "on 5000 more Topic resources" in lines[-1]
