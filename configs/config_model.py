@@ -399,6 +399,12 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
          "failed_authentication_delay_ms"),
         ("password.hash.threads", ConfigType.INT, "Threads verifying password hashes at once.",
          "password_hash_threads"),
+        ("offload.request.bytes", ConfigType.INT, "Requests larger than this are inspected on a worker thread.",
+         "offload_request_bytes"),
+        ("offload.produce.bytes", ConfigType.INT, "Produce requests larger than this are walked on a worker thread.",
+         "offload_produce_bytes"),
+        ("offload.response.bytes", ConfigType.INT, "Responses larger than this are decoded on a worker thread.",
+         "offload_response_bytes"),
     ):
         default = type(lim).__dataclass_fields__[field].default
         add(ConfigDef(key, kind, doc, str(default), source_path=f"limits.{field}"), getattr(lim, field))

@@ -302,6 +302,15 @@ class LimitsConfig:
     password_hash_threads: int = 1
     """Worker threads that may verify stretched (PLAIN) password hashes at once; a flood of
     logins then costs at most this many cores."""
+    offload_request_bytes: int = 65536
+    """Requests larger than this (Produce: larger than offload_produce_bytes) are inspected and
+    authorized on a worker thread, never on the loop that serves every other connection."""
+    offload_produce_bytes: int = 1048576
+    """The same for Produce, whose walk costs per partition, not per byte (clients' default
+    max.request.size is 1 MiB: ordinary Produce requests stay on the fast path)."""
+    offload_response_bytes: int = 1048576
+    """Upstream responses larger than this that kgw must decode (merging a partly denied
+    request's answers, rewriting Metadata) are processed on a worker thread."""
 
 
 @_model
@@ -920,6 +929,9 @@ def _limits(ctx: _Ctx, r: _Reader) -> LimitsConfig:
         max_connections_per_ip=r("max_connections_per_ip", _POSITIVE, 1000),
         failed_authentication_delay_ms=r("failed_authentication_delay_ms", _int(0), 100),
         password_hash_threads=r("password_hash_threads", _POSITIVE, 1),
+        offload_request_bytes=r("offload_request_bytes", _POSITIVE, 65536),
+        offload_produce_bytes=r("offload_produce_bytes", _POSITIVE, 1048576),
+        offload_response_bytes=r("offload_response_bytes", _POSITIVE, 1048576),
     )
 
 

@@ -140,12 +140,14 @@ def next_request(decoder: FrameDecoder) -> memoryview | object:
 
 
 class _Slot:
-    __slots__ = ("header", "spec", "data", "sent_at", "deadline", "merge")
+    __slots__ = ("header", "spec", "data", "sent_at", "deadline", "merge", "large")
 
     def __init__(self, header: RequestHeader, spec: ApiSpec) -> None:
         self.header = header
         self.spec = spec
         self.merge = None
+        #: the request was large: its merge (proportional to the request) runs on a worker thread
+        self.large = False
         self.data: bytes | memoryview | None = None
         self.sent_at = 0.0
         self.deadline = math.inf
@@ -192,6 +194,11 @@ class ClientConnection:
         self._last_read = time.monotonic()
         self._auth_deadline = self._last_read + limits.authentication_timeout_ms / 1000.0
         self._idle_s = limits.connections_max_idle_ms / 1000.0
+        self._offload_request = limits.offload_request_bytes
+        self._offload_produce = max(limits.offload_produce_bytes, limits.offload_request_bytes)
+        self._offload_response = limits.offload_response_bytes
+        #: a large upstream response taken off the decoder, to be completed on a worker thread
+        self.heavy: tuple | None = None
 
     # ------------------------------------------------------------------ entry
     async def run(self) -> None:
@@ -266,6 +273,12 @@ class ClientConnection:
                     self._lane_upstream = []
                     dp.resume(lane, frames)
                     continue
+                if kind == "heavy":  # a large upstream response: completed here, the lane paused
+                    while self.heavy is not None:
+                        await self.complete_heavy()
+                        self.complete_responses(lane.udec)
+                    dp.resume(lane, [])
+                    continue
                 released = True
                 if kind == "closed":
                     raise message[1]
@@ -285,7 +298,7 @@ class ClientConnection:
     @staticmethod
     async def _until_released(receive) -> None:
         async for message in receive:
-            if message[0] != "slow":
+            if message[0] not in ("slow", "heavy"):
                 return
 
     def _fields(self, header: RequestHeader | None = None) -> dict:
@@ -374,6 +387,8 @@ class ClientConnection:
         session = self.auth.session
         if session is not None and (session.expects_raw_token or not session.authenticated):
             return SLOW
+        if len(frame) > self._offload_request and self._is_large(frame):
+            return SLOW  # inspected and authorized on a worker thread (_on_request_slow)
         body = frame[4:]
         try:
             header = parse_request_header(body)
@@ -412,6 +427,16 @@ class ClientConnection:
             self._track(header, spec, info, decision.merge)
         to_upstream.append(frame)
         return False
+
+    def _is_large(self, frame: memoryview) -> bool:
+        """Whether a request is inspected off the shared loops (its size above the limit of
+        its API; Produce has its own, larger limit)."""
+        size = len(frame)
+        if size <= self._offload_request:
+            return False
+        if size <= self._offload_produce and len(frame) >= 6 and frame[4] == 0 and frame[5] == 0:
+            return False  # a Produce request (api key 0) within offload_produce_bytes
+        return True
 
     def _route(self, api_key: int, api_version: int, advertised) -> object:
         """What :meth:`dispatch_sync` needs of one API version: SLOW, or (spec, request
@@ -483,8 +508,18 @@ class ClientConnection:
         allowed = advertised.get(header.api_key)
         if allowed is None or not allowed.min <= header.api_version <= allowed.max:
             raise self._unsupported(spec, header, allowed)
-        info = self._inspected(spec, spec.inspect, header, body)
         auth = self._auth_helper(header)
+        if not spec.answered_locally and self._is_large(frame):
+            # the whole inspection and authorization of a large request on a worker thread
+            info, decision = await trio.to_thread.run_sync(
+                self._inspect_and_enforce, spec, header, body, auth, limiter=self.gw.heavy_work_limiter)
+            await self._apply_decision(header, spec, info, body, frame, decision, to_upstream)
+            return
+        if self._is_large(frame):
+            info = await trio.to_thread.run_sync(self._inspected, spec, spec.inspect, header, body,
+                                                 limiter=self.gw.heavy_work_limiter)
+        else:
+            info = self._inspected(spec, spec.inspect, header, body)
         if spec.answered_locally:
             if to_upstream:  # earlier requests must not wait behind a slow local answer
                 await self._send_upstream(to_upstream)
@@ -499,14 +534,26 @@ class ClientConnection:
             decision = answer  # part answered here, part forwarded (e.g. config APIs)
         else:
             decision = self._enforce(spec, auth, header, body, info)
+        await self._apply_decision(header, spec, info, body, frame, decision, to_upstream)
+
+    def _inspect_and_enforce(self, spec: ApiSpec, header: RequestHeader, body: memoryview,
+                             auth: AuthHelper) -> tuple[RequestInfo, Decision]:
+        """Runs on a worker thread for a large request (the connection's Trio task waits)."""
+        inspect = spec.peek if spec.peek is not None and self.gw.authorizer is None else spec.inspect
+        info = self._inspected(spec, inspect, header, body)
+        return info, self._enforce(spec, auth, header, body, info)
+
+    async def _apply_decision(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, body: memoryview,
+                              frame: memoryview, decision: Decision, to_upstream: list) -> None:
         if decision.close is not None:
             raise CloseConnection(decision.close, "denied")
         if decision.respond is not None:
             await self._answer_locally(header, spec, decision.respond)
             return
+        large = self._is_large(frame)
         if decision.request is not None:
             frame = self._rebuilt(body, header, decision.request)
-        await self._forward(header, spec, info, frame, to_upstream, decision.merge)
+        await self._forward(header, spec, info, frame, to_upstream, decision.merge, large)
 
     async def _sasl(self, session, header: RequestHeader, spec: ApiSpec, body: memoryview) -> None:
         """SaslHandshake / SaslAuthenticate: answered by kgw, never forwarded upstream."""
@@ -615,7 +662,7 @@ class ClientConnection:
     # ---------------------------------------------------------- upstream side
     async def _forward(
         self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, frame: memoryview, to_upstream: list,
-        merge=None,
+        merge=None, large: bool = False,
     ) -> None:
         if self._upstream is None:
             if to_upstream:
@@ -624,10 +671,10 @@ class ClientConnection:
             await self._connect_upstream()
         if info.expects_response:
             await self._wait_for_space()
-            self._track(header, spec, info, merge)
+            self._track(header, spec, info, merge).large = large and merge is not None
         to_upstream.append(frame)
 
-    def _track(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, merge) -> None:
+    def _track(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, merge) -> _Slot:
         """A forwarded request that expects a response: its place in the response order."""
         slot = _Slot(header, spec)
         slot.merge = merge
@@ -638,6 +685,7 @@ class ClientConnection:
         self._in_flight.append(slot)
         if len(self._in_flight) == 1 and self._upstream_scope is not None:
             self._upstream_scope.deadline = _trio_deadline(slot.deadline)
+        return slot
 
     async def _send_upstream(self, frames: list[memoryview]) -> None:
         if self._lane is not None:  # a slow request on the data plane: the lane sends when it resumes
@@ -682,12 +730,23 @@ class ClientConnection:
                     data = await _receive(stream, decoder)
                     if not data:
                         raise CloseConnection("upstream closed the connection", "upstream")
-                    if self.complete_responses(decoder):
+                    completed = self.complete_responses(decoder)
+                    while self.heavy is not None:
+                        await self.complete_heavy()
+                        self.complete_responses(decoder)
+                        completed = True
+                    if completed:
                         scope.deadline = _trio_deadline(in_flight[0].deadline) if in_flight else math.inf
                         await self._flush()
             self._upstream_scope = None
             if in_flight and time.monotonic() >= in_flight[0].deadline:
                 raise self.timeout_error(in_flight[0])
+
+    async def complete_heavy(self) -> None:
+        """Complete the large response :meth:`complete_responses` set aside, on a worker thread."""
+        slot, frame = self.heavy
+        self.heavy = None
+        await trio.to_thread.run_sync(self._complete, slot, frame, limiter=self.gw.heavy_work_limiter)
 
     @staticmethod
     def timeout_error(slot: _Slot) -> CloseConnection:
@@ -711,7 +770,12 @@ class ClientConnection:
                 return completed
             if not in_flight:
                 raise CloseConnection("upstream sent a response nobody asked for", "upstream")
-            self._complete(in_flight.popleft(), frame)
+            slot = in_flight.popleft()
+            if slot.large or len(frame) > self._offload_response and (
+                    slot.merge is not None or (slot.spec.rewrite_response is not None and slot.spec.api_key not in (0, 1))):
+                self.heavy = (slot, frame)  # the caller completes it on a worker thread, then goes on
+                return completed
+            self._complete(slot, frame)
             completed = True
 
     def _complete(self, slot: _Slot, frame: memoryview) -> None:

@@ -19,7 +19,8 @@ level-triggered epoll loop and no task switches:
   order is the request order, as on the Trio path.
 
 Everything that needs to ``await`` (ApiVersions, SASL, the ACL and config APIs
-kgw answers itself, a version table not yet fetched) is a *slow request*: the
+kgw answers itself, a version table not yet fetched, a request or response too
+large to inspect here without stalling every other lane) is a *slow request*: the
 lane pauses (neither socket is read), the frame goes to the connection's Trio
 task, which runs the ordinary async path with its I/O redirected to the lane,
 and the lane resumes with whatever that produced.  The connection's state is
@@ -380,7 +381,15 @@ class DataPlane:
             raise CloseConnection("upstream closed the connection", "upstream")
         if n < 0:
             return
-        if lane.conn.complete_responses(dec):
+        conn = lane.conn
+        completed = conn.complete_responses(dec)
+        if conn.heavy is not None:  # a large response to decode: on a worker thread, lane paused
+            if completed:
+                self._flush_client(lane)
+            lane.paused = True
+            lane.post(("heavy",))
+            return
+        if completed:
             self._flush_client(lane)
             if lane.cdec.buffered and not lane.paused:
                 self._process_client(lane)  # requests held back by max_in_flight may go now

@@ -58,6 +58,9 @@ class Gateway:
         self.data_plane: DataPlane | None = None
         #: worker threads that verify stretched password hashes at once (limits.password_hash_threads)
         self.password_hash_limiter = trio.CapacityLimiter(config.limits.password_hash_threads)
+        #: the worker thread that inspects, authorizes and merges large requests and responses, so
+        #: one huge request never holds the loops that serve every other connection
+        self.heavy_work_limiter = trio.CapacityLimiter(1)
         #: open client connections per client host, over all listeners (limits.max_connections_per_ip)
         self.connections_per_host: dict[str, int] = {}
 
