@@ -528,6 +528,9 @@ class ClientConnection:
                 answer = await spec.answer(self.gw, auth, header, info)
             except RefuseRequest as e:
                 raise CloseConnection(f"{spec.name} refused: {e}", "refused") from None
+            except (TypeError, AttributeError) as e:  # a null where the schema has none: see _enforce
+                raise CloseConnection(f"malformed {spec.name} v{header.api_version} request: "
+                                      f"{type(e).__name__}: {e}", "decode") from None
             if not isinstance(answer, Decision):
                 await self._answer_locally(header, spec, answer)
                 return
@@ -623,6 +626,11 @@ class ClientConnection:
             return spec.enforce(auth, header, body, info)
         except RefuseRequest as e:
             raise CloseConnection(f"{spec.name} refused: {e}", "refused") from None
+        except (TypeError, AttributeError, ValueError) as e:
+            # kio decodes some shapes no broker would accept (a null array where the schema has
+            # none): such a request is malformed, closed as a broker closes on a parse error
+            raise CloseConnection(f"malformed {spec.name} v{header.api_version} request: "
+                                  f"{type(e).__name__}: {e}", "decode") from None
         except AuthorizerNotReadyError:
             raise CloseConnection("authorizer not ready", "authorizer") from None
 

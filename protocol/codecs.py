@@ -20,6 +20,8 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
+from protocol.bounds import LengthError, check_lengths
+
 __all__ = [
     "CodecError",
     "decode_request",
@@ -60,8 +62,17 @@ def _decode(cls: type, buf: memoryview | bytes, offset: int):
 
 def decode_request(api_key: int, version: int, buf: memoryview | bytes, offset: int):
     """Decode a request body.  Bytes after the body are ignored, as a Kafka broker
-    ignores them (librdkafka sends some), and the original frame is forwarded."""
-    return _decode(request_class(api_key, version), buf, offset)
+    ignores them (librdkafka sends some), and the original frame is forwarded.
+
+    Every length and count is first checked against the bytes that are there
+    (:mod:`protocol.bounds`): kio's native reader would otherwise size an array from
+    a client's count and abort the process when the allocation fails."""
+    cls = request_class(api_key, version)
+    try:
+        check_lengths(cls, buf, offset)
+    except LengthError as e:
+        raise CodecError(f"cannot decode {cls.__name__} v{version}: {e}") from None
+    return _decode(cls, buf, offset)
 
 
 def decode_response(api_key: int, version: int, buf: memoryview | bytes, offset: int):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 
-from protocol.headers import read_uvarint
+from protocol.headers import HeaderError, read_uvarint
 
 __all__ = ["WalkError", "i16", "i32", "uvarint", "skip_tagged", "skip_string", "skip_bytes", "array_len"]
 
@@ -42,6 +42,8 @@ def uvarint(buf, off: int) -> tuple[int, int]:
         return read_uvarint(buf, off)
     except IndexError:
         raise WalkError("buffer ends inside a varint") from None
+    except HeaderError as e:  # e.g. longer than 5 bytes
+        raise WalkError(str(e)) from None
 
 
 def array_len(buf, off: int, flexible: bool) -> tuple[int, int]:

@@ -381,11 +381,17 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
         if t.name is not None and t.partitions:
             counts[t.name] = counts.get(t.name, 0) + len(t.partitions)
     allowed = auth.filter(ResourceType.TOPIC, AclOperation.READ, counts)
-    # an entry without partitions fetches nothing, so it is neither checked nor answered (as in Kafka)
+    # an entry without partitions fetches nothing, so it is neither checked nor answered (as in
+    # Kafka); it is not forwarded either: its name or id was never authorized
     unknown = [(t, UNKNOWN_TOPIC_ID) for t in topics if t.partitions and t.name is None]
     denied = [(t, TOPIC_AUTHORIZATION_FAILED) for t in topics if t.partitions and t.name is not None
               and t.name not in allowed]
-    if not unknown and not denied:
+    empty = False
+    for t in topics:
+        if not t.partitions:
+            empty = True
+            break
+    if not unknown and not denied and not empty:
         if _uses_session(version, request):
             kept_session = _with_session(auth, header, request, topics)
             if kept_session is not None:
@@ -394,8 +400,8 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
     if version >= 7:
         auth.connection_state.get(_SESSIONS, {}).pop(request.session_id, None)
     errors = unknown + denied  # Kafka: unknown ids are found first, then the auth check
-    kept = tuple(e for e, t in zip(request.topics, topics) if t.name is not None and t.name in allowed)
-    if not any(e.partitions for e in kept):
+    kept = tuple(e for e, t in zip(request.topics, topics) if t.partitions and t.name in allowed)
+    if not kept:
         return Decision(respond=_error_response(version, errors))
     changes = {"topics": kept}
     if version >= 7:

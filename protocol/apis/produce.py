@@ -149,20 +149,24 @@ def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceSha
             n_topics -= 1
         else:
             n_topics, off = i32(frame, off)
+        if n_topics < 0:
+            raise WalkError("negative or null topic array")
         topics = []
         transactional = False
         any_invalid = False
-        for _ in range(max(n_topics, 0)):
+        for _ in range(n_topics):
             start = off
             if version >= 13:
                 raise WalkError("topic ids are not walked (Produce v13 is not advertised)")
             name, off = skip_string(frame, off, flexible)
             parts_at = off
             n_parts, off = array_len(frame, off, flexible)
+            if n_parts < 0:
+                raise WalkError("negative or null partition array")
             partitions = []
             spans = []
             invalid = None
-            for _ in range(max(n_parts, 0)):
+            for _ in range(n_parts):
                 p_start = off
                 index, off = i32(frame, off)
                 partitions.append(index)
@@ -276,7 +280,7 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
         elif t.invalid:
             for pi, problem in t.invalid.items():
                 local[(ti, pi)] = problem
-    if shape.acks == 0:
+    if shape.acks == 0 and local:
         first = next(iter(local.values()))
         return Decision(close=f"produce with acks=0 refused on {len(local)} partition(s) (error {first[0]})")
     flexible = header.flexible
@@ -295,8 +299,9 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
         topic_parts.append(_encode_array_len(len(keep), flexible))
         topic_parts.extend(body[t.spans[pi][0] : t.spans[pi][1]] for pi in keep)
         topic_parts.append(body[t.parts_end : t.end])
-    if not kept_topics:
+    if not kept_topics and shape.acks != 0:
         return Decision(respond=_merged(version, shape, local, None))
+    # (acks=0 with only empty denied topics: forwarded without them, and nothing is answered)
     request = b"".join((*parts, _encode_array_len(kept_topics, flexible), *topic_parts,
                         bytes(body[shape.topics_end :])))
 

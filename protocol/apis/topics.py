@@ -355,6 +355,10 @@ def _enforce_describe_topic_partitions(auth: AuthHelper, header: RequestHeader, 
             return t
         return dataclasses.replace(t, topic_authorized_operations=i32(auth.authorized_operations(TOPIC, t.name)))
 
+    if request.cursor is not None and request.cursor.partition_index < 0:
+        # InvalidRequestException -> DescribeTopicPartitionsRequest.getErrorResponse
+        return Decision(respond=encode(make(cls, throttle_time=_ZERO_TIME, next_cursor=None, topics=tuple(
+            error_topic(INVALID_REQUEST, t.name) for t in request.topics))))
     if not request.topics:  # all topics: unauthorized ones are silently left out
         def merge_all(buf, off: int) -> bytes:
             response = decode_response(75, version, buf, off)

@@ -1,0 +1,219 @@
+"""Every length and count in a request checked against the bytes that are there, before kio reads it.
+
+Theory of operation
+-------------------
+kio's native reader sizes arrays from the count on the wire before reading their
+elements: a 50-byte request whose array count says two billion makes it ask the
+allocator for hundreds of gigabytes, and the process aborts (a crash of the whole
+gateway, not an exception).  So before any request body reaches
+:func:`protocol.codecs.decode_request`, :func:`check_lengths` walks it with the
+schema kio describes in its dataclass fields (``kafka_type`` metadata, tagged
+fields, flexible versions) and refuses any string, byte field or array that
+claims more than the bytes left in the frame (every element takes at least one
+byte).  It reads no value: it only moves an offset.
+
+The walk is planned once per entity class (:func:`_plan`): runs of fixed-width
+fields are one skip, and an array of fixed-width elements without tagged
+sections is skipped in one step, so a Fetch request of thousands of partitions
+costs a loop over its topics only in non-flexible versions, and one cheap step
+per partition in flexible ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from functools import lru_cache
+from typing import Any
+
+from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field, get_field_tag
+
+__all__ = ["LengthError", "check_lengths"]
+
+
+class LengthError(ValueError):
+    """A length or count in the request exceeds the bytes that follow it."""
+
+
+_FIXED = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "float64": 8,
+          "uuid": 16, "timedelta_i32": 4, "timedelta_i64": 8}
+_VARIABLE = frozenset({"string", "bytes", "records"})
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def check_lengths(cls: type, buf, offset: int) -> int:
+    """Walk an encoded ``cls`` at ``buf[offset:]``; the offset after it.
+
+    Raises:
+        LengthError: a length, count or tagged-field size claims more bytes than remain,
+            or the buffer ends inside the entity.
+    """
+    try:
+        return _walk(_plan(cls)[0], buf, offset, len(buf))
+    except (IndexError, struct.error):
+        raise LengthError(f"{cls.__name__}: the request ends inside a field") from None
+
+
+def _uvarint(buf, off: int) -> tuple[int, int]:
+    result = shift = 0
+    for i in range(5):
+        b = buf[off + i]
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, off + i + 1
+        shift += 7
+    raise LengthError("an unsigned varint longer than 5 bytes")
+
+
+def _length(buf, off: int, end: int, flexible: bool, wide: bool, what: str) -> tuple[int, int]:
+    """A string/bytes length or an array count (-1 for null), checked against what remains."""
+    if flexible:
+        n, off = _uvarint(buf, off)
+        n -= 1
+    elif wide:
+        (n,) = _I32.unpack_from(buf, off)
+        off += 4
+    else:
+        (n,) = _I16.unpack_from(buf, off)
+        off += 2
+    if n > end - off:
+        raise LengthError(f"{what} of {n} claims more than the {end - off} bytes left in the request")
+    return n, off
+
+
+def _tags(buf, off: int, end: int) -> int:
+    if buf[off] == 0:
+        return off + 1
+    count, off = _uvarint(buf, off)
+    if count > end - off:
+        raise LengthError(f"{count} tagged fields claim more than the {end - off} bytes left")
+    for _ in range(count):
+        _tag, off = _uvarint(buf, off)
+        size, off = _uvarint(buf, off)
+        if size > end - off:
+            raise LengthError(f"a tagged field of {size} bytes claims more than the {end - off} left")
+        off += size
+    return off
+
+
+# A plan is a tuple of steps; each step is (kind, argument):
+#   ("skip", n)            n fixed bytes
+#   ("var", wide)          a string (wide=False) or bytes/records (wide=True)
+#   ("array", (elem, n))   an array; elem is a sub-plan, or ("var", wide) / ("skip", n) for primitives;
+#                          n the fixed size of one element when it has one (skipped in one step), else None
+#   ("tagged_array", n)    an array of entities of n fixed bytes and a tagged section each
+#   ("struct", (plan, nullable))  a nested entity (nullable ones carry an int8 presence marker)
+#   ("tags", None)         the tagged-field section of a flexible entity
+
+
+@lru_cache(maxsize=None)
+def _plan(cls: type) -> tuple[tuple[bool, tuple], int | None]:
+    """(flexible, steps) of ``cls`` and its fixed encoded size (None when it varies)."""
+    flexible = bool(getattr(cls, "__flexible__", False))
+    steps: list[tuple[str, Any]] = []
+    fixed: int | None = 0
+
+    def skip(n: int) -> None:
+        nonlocal fixed
+        if steps and steps[-1][0] == "skip":
+            steps[-1] = ("skip", steps[-1][1] + n)
+        else:
+            steps.append(("skip", n))
+        if fixed is not None:
+            fixed += n
+
+    for f in dataclasses.fields(cls):
+        if flexible and get_field_tag(f) is not None:
+            continue  # in the tagged section
+        kind = f.metadata.get("kafka_type")
+        shape = classify_field(f)
+        if isinstance(shape, EntityTupleField):
+            sub, sub_fixed = _plan(shape.type_)
+            sub_steps = sub[1]
+            if sub_fixed is None and len(sub_steps) == 2 and sub_steps[0][0] == "skip" and sub_steps[1][0] == "tags":
+                # fixed-width fields then a tagged section (e.g. Fetch partitions): one step each
+                steps.append(("tagged_array", sub_steps[0][1]))
+            else:
+                steps.append(("array", (sub, sub_fixed)))
+            fixed = None
+        elif isinstance(shape, EntityField):
+            sub, _sub_fixed = _plan(shape.type_)
+            nullable = _nullable(f)
+            steps.append(("struct", (sub, nullable)))
+            fixed = None
+        elif isinstance(shape, PrimitiveTupleField):
+            elem = ("skip", _FIXED[kind]) if kind in _FIXED else ("var", kind != "string")
+            steps.append(("array", (elem, _FIXED.get(kind))))
+            fixed = None
+        elif kind in _FIXED:
+            skip(_FIXED[kind])
+        elif kind in _VARIABLE:
+            steps.append(("var", kind != "string"))
+            fixed = None
+        else:
+            raise TypeError(f"{cls.__name__}.{f.name}: unknown kafka_type {kind!r}")
+    if flexible:
+        steps.append(("tags", None))
+        fixed = None
+    return (flexible, tuple(steps)), fixed
+
+
+def _nullable(f: dataclasses.Field) -> bool:
+    import types
+    import typing
+
+    tp = f.type
+    return typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
+
+
+def _walk(plan: tuple[bool, tuple], buf, off: int, end: int) -> int:
+    flexible, steps = plan
+    for kind, arg in steps:
+        if kind == "skip":
+            off += arg
+        elif kind == "var":
+            n, off = _length(buf, off, end, flexible, arg, "a string" if not arg else "a byte field")
+            if n > 0:
+                off += n
+        elif kind == "array":
+            elem, elem_size = arg
+            n, off = _length(buf, off, end, flexible, True, "an array count")
+            if n <= 0:
+                continue
+            if elem_size is not None:
+                if n * elem_size > end - off:
+                    raise LengthError(f"{n} elements of {elem_size} bytes claim more than the {end - off} left")
+                off += n * elem_size
+            elif elem[0] == "var":
+                for _ in range(n):
+                    m, off = _length(buf, off, end, flexible, elem[1], "a string")
+                    if m > 0:
+                        off += m
+            else:
+                for _ in range(n):
+                    off = _walk(elem, buf, off, end)
+        elif kind == "tagged_array":
+            n, off = _length(buf, off, end, flexible, True, "an array count")
+            if n > 0:
+                if n * (arg + 1) > end - off:
+                    raise LengthError(f"{n} elements of at least {arg + 1} bytes claim more than the {end - off} left")
+                for _ in range(n):
+                    off += arg
+                    if buf[off] == 0:
+                        off += 1
+                    else:
+                        off = _tags(buf, off, end)
+        elif kind == "struct":
+            sub, nullable = arg
+            if nullable:
+                marker = buf[off]
+                off += 1
+                if marker == 0xFF:  # int8 -1: null
+                    continue
+            off = _walk(sub, buf, off, end)
+        else:  # tags
+            off = _tags(buf, off, end)
+        if off > end:
+            raise LengthError(f"the request ends inside a field ({off - end} bytes short)")
+    return off
