@@ -423,7 +423,17 @@ def validate_acl_binding_for_create(binding: AclBinding) -> tuple[int, str | Non
             f"Could not parse principal from `{entry.principal}` (no colon is present "
             "separating the principal type from the principal name)",
         )
+    for field_name, text in (("resource name", pattern.name), ("principal", entry.principal), ("host", entry.host)):
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_RECORD_STRING_BYTES:
+            # the AccessControlEntryRecord could not hold it (Kafka: "... is too long to be serialized")
+            return (INVALID_REQUEST, f"The {field_name} is {size} UTF-8 bytes; at most "
+                                     f"{MAX_RECORD_STRING_BYTES} can be stored")
     return None
+
+
+#: the longest string a metadata record field holds (Kafka's int16 string length)
+MAX_RECORD_STRING_BYTES = 0x7FFF
 
 
 # --------------------------------------------------------------------------

@@ -63,6 +63,7 @@ from configs.config_model import (
     listener_max_connections_key,
 )
 from configs.policies import RequestMetadata, load_policies, run_policies
+from authz.acl import MAX_RECORD_STRING_BYTES
 from protocol.errors import INVALID_CONFIG, INVALID_REQUEST, POLICY_VIOLATION
 
 __all__ = ["AlterResult", "ConfigChange", "DynamicConfigManager", "INSTANCE_SCOPE", "manager_for"]
@@ -218,6 +219,11 @@ class DynamicConfigManager:
                 new, metadata_configs, ops = self._proposed(scope, changes, incremental)
             except InvalidConfig as e:
                 return AlterResult(INVALID_CONFIG, str(e))
+            for key, value in new.items():
+                size = len(value.encode("utf-8", "surrogatepass")) if value is not None else 0
+                if size > MAX_RECORD_STRING_BYTES:  # a ConfigRecord could not hold it
+                    return AlterResult(INVALID_CONFIG, f"The value of {key} is {size} UTF-8 bytes; at most "
+                                                       f"{MAX_RECORD_STRING_BYTES} can be stored")
             sensitive = frozenset(k for k in metadata_configs if self.model.defs[k].sensitive)
             violation = run_policies(self.policies, RequestMetadata(
                 resource, metadata_configs, ops, principal, validate_only, sensitive))

@@ -706,3 +706,13 @@ def test_one_request_denied_on_many_resources_writes_a_bounded_audit(caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == AUDIT_LOGGER_NAME]
     assert len(lines) == MAX_AUDITED_ACTIONS_PER_CALL + 1
     assert "Denied operation = DESCRIBE" in lines[-1] and "on 5000 more Topic resources" in lines[-1]
+
+
+async def test_create_acls_refuses_names_a_metadata_record_cannot_hold():
+    """A 40,000-character resource name used to fail in the log write (UNKNOWN_SERVER_ERROR,
+    logged as an error); it is an invalid request, named as such, and nothing is stored."""
+    a = make()
+    long_name = "t" * 40_000
+    results = await a.create_acls(None, [acl(long_name), acl("fine")])
+    assert results[0].error_code == 42 and "resource name is 40000 UTF-8 bytes" in results[0].message
+    assert results[1].error_code == 0

@@ -344,6 +344,22 @@ async def test_alter_errors_are_per_resource(env):
     assert gw.image.configs.get((BROKER, "")) in (None, {})  # nothing of the failures was stored
 
 
+async def test_a_value_a_config_record_cannot_hold_is_refused_and_the_gateway_stays_up(env):
+    """super.users over 32,767 UTF-8 bytes used to pass validation and fail in the log write
+    (error traceback, connection dropped); it is INVALID_CONFIG naming the key, and kgw serves on."""
+    gw, port = await env.start(authorizer={}, acls=[CLUSTER_CONFIG_ACL])
+    huge = ",".join(f"User:u{i:06d}" for i in range(3000))  # 38,999 bytes
+    for validate_only in (True, False):
+        resp = await call(port, 44, 1, incremental_req((BROKER, "", [("super.users", SET, huge)]),
+                                                       validate_only=validate_only))
+        (result,) = resp.responses
+        assert result.error_code == ErrorCode.invalid_config
+        assert "super.users is 38999 UTF-8 bytes" in result.error_message
+    assert gw.image.configs.get((BROKER, "")) in (None, {})
+    resp = await call(port, 44, 1, incremental_req((BROKER, "", [("log.level", SET, "INFO")])))
+    assert resp.responses[0].error_code == ErrorCode.none
+
+
 async def test_validate_only_changes_nothing(env):
     gw, port = await env.start(authorizer={}, acls=[CLUSTER_CONFIG_ACL,
                                                      acl(ResourceType.TOPIC, "t1", AclOperation.ALTER_CONFIGS)])
