@@ -63,7 +63,8 @@ from configs.config_model import (
     listener_max_connections_key,
 )
 from configs.policies import RequestMetadata, load_policies, run_policies
-from authz.acl import MAX_RECORD_STRING_BYTES
+from authz.acl import MAX_RECORD_STRING_BYTES, AclOperation, PatternType, ResourcePattern, ResourceType
+from authz.authorizer import Action, AuthorizationResult
 from protocol.errors import INVALID_CONFIG, INVALID_REQUEST, POLICY_VIOLATION
 
 __all__ = ["AlterResult", "ConfigChange", "DynamicConfigManager", "INSTANCE_SCOPE", "manager_for"]
@@ -211,7 +212,7 @@ class DynamicConfigManager:
         )
 
     async def alter(self, resource: ConfigResource, changes: Sequence[ConfigChange], validate_only: bool, *,
-                    incremental: bool = True, principal: str | None = None) -> AlterResult:
+                    incremental: bool = True, principal: str | None = None, context: Any = None) -> AlterResult:
         """Alter one BROKER resource (the caller checked its name and the caller's authorization)."""
         scope = "" if resource.name == "" else INSTANCE_SCOPE
         async with self._lock:
@@ -238,6 +239,7 @@ class DynamicConfigManager:
             if changed & self.authorizer_keys:
                 try:
                     self._validate_authorizer(after)
+                    self._refuse_self_lockout(after, context)
                 except InvalidConfig as e:
                     return AlterResult(INVALID_CONFIG, str(e))
             if validate_only:
@@ -319,6 +321,24 @@ class DynamicConfigManager:
             if any(self.model.defs[k].sensitive for k in configs if k in self.model.defs):
                 raise InvalidConfig("The authorizer refused the new configuration") from None
             raise InvalidConfig(f"The authorizer refused the new configuration: {e}") from None
+
+    def _refuse_self_lockout(self, effective: Mapping[str, str | None], context: Any) -> None:
+        """A change to super.users or allow.everyone.if.no.acl.found that would leave its own
+        caller unable to alter configs again (CLUSTER ALTER_CONFIGS) is refused: the value would
+        be reapplied at every restart and nobody could undo it over the wire."""
+        authorizer = getattr(self.gw, "authorizer", None)
+        would = getattr(authorizer, "authorize_with_configs", None)
+        if context is None or not callable(would):
+            return
+        action = Action(ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL),
+                        AclOperation.ALTER_CONFIGS, 1, False, False)
+        (result,) = would(self._authorizer_configs(effective), context, [action])
+        if result is not AuthorizationResult.ALLOWED:
+            principal = context.principal
+            raise InvalidConfig(
+                f"This change would leave {principal.principal_type}:{principal.name} unable to alter configs "
+                "again (CLUSTER ALTER_CONFIGS would be denied); add an ACL or keep a super user that can. "
+                "Offline recovery: docs/operations.md")
 
     def _apply(self, effective: Mapping[str, str | None], keys: Iterable[str]) -> None:
         keys = set(keys)

@@ -296,7 +296,7 @@ def _alter_api(api_key: int):
             resource = ConfigResource(rtype, r.resource_name)
             if rtype is _T.BROKER:
                 outcome = await manager.alter(resource, changes, validate_only, incremental=incremental,
-                                              principal=principal)
+                                              principal=principal, context=auth.context)
             elif rtype is _T.BROKER_LOGGER:
                 outcome = manager.alter_loggers(changes, validate_only)
             else:

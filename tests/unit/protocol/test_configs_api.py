@@ -360,6 +360,41 @@ async def test_a_value_a_config_record_cannot_hold_is_refused_and_the_gateway_st
     assert resp.responses[0].error_code == ErrorCode.none
 
 
+async def test_a_change_that_would_lock_its_caller_out_is_refused(env):
+    """One IncrementalAlterConfigs used to be able to remove the caller's own super-user status
+    (or switch off the allow-everyone default it relied on), reapplied at every restart."""
+    gw, port = await env.start(authorizer={"super.users": "User:ANONYMOUS"})
+    for value in ("User:admin", "", "User:ANONYMOUS,User:admin"):
+        for validate_only in (True, False):
+            resp = await call(port, 44, 1, incremental_req((BROKER, "", [("super.users", SET, value)]),
+                                                           validate_only=validate_only))
+            (result,) = resp.responses
+            assert result.error_code == ErrorCode.invalid_config, value
+    assert "unable to alter configs again" in (await call(port, 44, 1, incremental_req(
+        (BROKER, "", [("super.users", SET, "User:admin")])))).responses[0].error_message
+    assert gw.authorizer._data.super_users == frozenset({"User:ANONYMOUS"})
+    # keeping oneself is fine
+    resp = await call(port, 44, 1, incremental_req((BROKER, "", [("super.users", SET, "User:ANONYMOUS;User:admin")])))
+    assert resp.responses[0].error_code == ErrorCode.none
+    assert gw.authorizer._data.super_users == frozenset({"User:ANONYMOUS", "User:admin"})
+
+
+async def test_switching_off_the_default_the_caller_relies_on_is_refused(env):
+    gw, port = await env.start(authorizer={"allow.everyone.if.no.acl.found": "true"})  # no ACL, no super user
+    resp = await call(port, 44, 1, incremental_req((BROKER, "", [("allow.everyone.if.no.acl.found", SET, "false")])))
+    assert resp.responses[0].error_code == ErrorCode.invalid_config
+    assert gw.authorizer._data.allow_everyone is True
+
+
+async def test_malformed_super_users_are_refused_with_the_reason(env):
+    gw, port = await env.start(authorizer={}, acls=[CLUSTER_CONFIG_ACL])
+    for value, why in (("User:", "empty principal type or name"), (":admin", "empty principal type or name"),
+                       ("User:a\x00b", "control character"), ("User:a,User:b", "separate super users with ';'")):
+        resp = await call(port, 44, 1, incremental_req((BROKER, "", [("super.users", SET, value)])))
+        (result,) = resp.responses
+        assert result.error_code == ErrorCode.invalid_config and why in result.error_message, (value, result)
+
+
 async def test_validate_only_changes_nothing(env):
     gw, port = await env.start(authorizer={}, acls=[CLUSTER_CONFIG_ACL,
                                                      acl(ResourceType.TOPIC, "t1", AclOperation.ALTER_CONFIGS)])
