@@ -69,7 +69,6 @@ from __future__ import annotations
 import abc
 import enum
 import errno
-import fcntl
 import logging
 import os
 import re
@@ -83,6 +82,7 @@ from typing import Final
 import trio
 from crc32c import crc32c
 
+from authz.log_files import OS_FILES, OsFiles
 from authz.metadata_records import MetadataRecord, MetadataRecordError, decode_record, encode_record
 
 __all__ = [
@@ -518,24 +518,16 @@ def _snapshot_name(end_offset: int, epoch: int) -> str:
     return f"{end_offset:020d}-{epoch:010d}.checkpoint"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+def _write_all(files: OsFiles, fd: int, data: bytes | bytearray | memoryview) -> None:
     view = memoryview(data)
     while view:
-        written = os.write(fd, view)
+        written = files.write(fd, view)
         view = view[written:]
 
 
-def _write_and_fsync(fd: int, data: bytes) -> None:
-    _write_all(fd, data)
-    os.fsync(fd)
+def _write_and_fsync(files: OsFiles, fd: int, data: bytes) -> None:
+    _write_all(files, fd, data)
+    files.fsync(fd)
 
 
 def _now_ms() -> int:
@@ -653,13 +645,14 @@ class _Snapshot:
     path: Path
 
 
-def _list_dir(path: Path) -> tuple[list[_Segment], list[_Snapshot]]:
+def _list_dir(files: OsFiles, path: Path) -> tuple[list[_Segment], list[_Snapshot]]:
     segments: list[_Segment] = []
     snapshots: list[_Snapshot] = []
-    for entry in path.iterdir():
+    for name in files.listdir(path):
+        entry = path / name
         if entry.name.endswith(_PART_SUFFIX):
             logger.warning("removing incomplete snapshot %s left by a crash", entry)
-            entry.unlink()
+            files.unlink(entry)
         elif match := _SEGMENT_RE.match(entry.name):
             segments.append(_Segment(int(match[1]), entry))
         elif match := _SNAPSHOT_RE.match(entry.name):
@@ -669,7 +662,7 @@ def _list_dir(path: Path) -> tuple[list[_Segment], list[_Snapshot]]:
     return segments, snapshots
 
 
-def _truncate_tail(segment: _Segment, scan: ScanResult, file_size: int) -> None:
+def _truncate_tail(files: OsFiles, segment: _Segment, scan: ScanResult, file_size: int) -> None:
     cut = file_size - scan.valid_bytes
     logger.warning(
         "metadata log %s: truncating torn/corrupt tail: cut %d byte(s) at file position %d "
@@ -680,16 +673,16 @@ def _truncate_tail(segment: _Segment, scan: ScanResult, file_size: int) -> None:
         scan.next_offset,
         scan.problem,
     )
-    fd = os.open(segment.path, os.O_WRONLY)
+    fd = files.open(segment.path, os.O_WRONLY)
     try:
-        os.ftruncate(fd, scan.valid_bytes)
-        os.fsync(fd)
+        files.ftruncate(fd, scan.valid_bytes)
+        files.fsync(fd)
     finally:
-        os.close(fd)
+        files.close(fd)
 
 
-def _scan_segment(segment: _Segment, is_last: bool) -> None:
-    data = segment.path.read_bytes()
+def _scan_segment(files: OsFiles, segment: _Segment, is_last: bool) -> None:
+    data = files.read_bytes(segment.path)
     scan = scan_batches(data, segment.base_offset)
     if scan.problem is not None:
         if not is_last:
@@ -698,7 +691,7 @@ def _scan_segment(segment: _Segment, is_last: bool) -> None:
                 f"{scan.valid_bytes} (log offset {scan.next_offset}): {scan.problem}; "
                 "refusing to drop acknowledged records"
             )
-        _truncate_tail(segment, scan, len(data))
+        _truncate_tail(files, segment, scan, len(data))
     segment.batches = scan.batches
     segment.next_offset = scan.next_offset
     segment.size = scan.valid_bytes
@@ -733,18 +726,18 @@ class _Recovered:
 
 
 def _choose_snapshot(
-    segments: list[_Segment], snapshots: list[_Snapshot]
+    files: OsFiles, segments: list[_Segment], snapshots: list[_Snapshot]
 ) -> tuple[list[MetadataRecord], int, list[MetadataRecord], list[_Snapshot]]:
     """Newest valid snapshot + log after it; corrupt snapshots are set aside."""
     candidates = list(reversed(snapshots))
     while candidates:
         snap = candidates[0]
         try:
-            snap_records = decode_snapshot(snap.path.read_bytes(), snap.path.name)
+            snap_records = decode_snapshot(files.read_bytes(snap.path), snap.path.name)
         except MetadataLogCorruptError as exc:
             aside = snap.path.with_name(snap.path.name + _CORRUPT_SUFFIX)
             logger.warning("%s; falling back to the previous snapshot, moved to %s", exc, aside)
-            snap.path.rename(aside)
+            files.rename(snap.path, aside)
             candidates.pop(0)
             continue
         log_records = _log_records_from(segments, snap.end_offset)
@@ -758,11 +751,11 @@ def _choose_snapshot(
     return [], 0, _log_records_from(segments, 0), []
 
 
-def _recover(path: Path) -> _Recovered:
-    segments, snapshots = _list_dir(path)
+def _recover(files: OsFiles, path: Path) -> _Recovered:
+    segments, snapshots = _list_dir(files, path)
     for index, segment in enumerate(segments):
-        _scan_segment(segment, is_last=index == len(segments) - 1)
-    snap_records, start, log_records, snapshots = _choose_snapshot(segments, snapshots)
+        _scan_segment(files, segment, is_last=index == len(segments) - 1)
+    snap_records, start, log_records, snapshots = _choose_snapshot(files, segments, snapshots)
     log_end = segments[-1].next_offset if segments else 0
     next_offset = max(start + len(log_records), log_end)
     state = LoadedState(tuple(snap_records), start, tuple(log_records), next_offset - 1)
@@ -798,25 +791,25 @@ class _Ticket:
     error: BaseException | None = None
 
 
-def _acquire_lock(path: Path) -> int:
+def _acquire_lock(files: OsFiles, path: Path) -> int:
     lock_path = path / _LOCK_NAME
-    created = not lock_path.exists()
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    created = not files.exists(lock_path)
+    fd = files.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        files.lock(fd)
     except OSError as exc:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-        os.close(fd)
+        holder = files.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        files.close(fd)
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise MetadataStoreLockedError(
                 f"metadata log directory {path} is locked by another kgw process "
                 f"(pid {holder}); only one gateway may write a directory store"
             ) from None
         raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    files.ftruncate(fd, 0)
+    files.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     if created:
-        _fsync_dir(path)
+        files.fsync_dir(path)
     return fd
 
 
@@ -831,8 +824,10 @@ class DirectoryMetadataStore(MetadataStore):
     write failures break the store.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, epoch: int = 0) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, epoch: int = 0, files: OsFiles = OS_FILES) -> None:
         self._path = Path(path)
+        #: every file operation goes through this seam (tests put a simulated disk here)
+        self._files = files
         self._epoch = epoch
         self._state = _StoreState.NEW
         self._write_lock = trio.Lock()
@@ -870,12 +865,13 @@ class DirectoryMetadataStore(MetadataStore):
         return recovered.state
 
     def _open_blocking(self) -> _Recovered:
-        if not self._path.exists():
-            self._path.mkdir(parents=True)
-            _fsync_dir(self._path.parent)
-        lock_fd = _acquire_lock(self._path)
+        files = self._files
+        if not files.exists(self._path):
+            files.mkdir(self._path)
+            files.fsync_dir(self._path.parent)
+        lock_fd = _acquire_lock(files, self._path)
         try:
-            recovered = _recover(self._path)
+            recovered = _recover(files, self._path)
             for segment in recovered.segments:
                 segment.batches = []  # decoded into the LoadedState; free the copies
             self._segments = recovered.segments
@@ -884,7 +880,7 @@ class DirectoryMetadataStore(MetadataStore):
             self._open_active_segment()
         except BaseException:
             self._close_fds()
-            os.close(lock_fd)
+            files.close(lock_fd)
             raise
         self._lock_fd = lock_fd
         return recovered
@@ -893,27 +889,28 @@ class DirectoryMetadataStore(MetadataStore):
         """Append to the last segment if it ends at the next offset, else roll a new one."""
         last = self._segments[-1] if self._segments else None
         if last is not None and last.next_offset == self._next_offset:
-            self._segment_fd = os.open(last.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            self._segment_fd = self._files.open(last.path, os.O_WRONLY | os.O_APPEND)
             return
         self._roll_segment_blocking()
 
     def _roll_segment_blocking(self) -> None:
         segment = _Segment(self._next_offset, self._path / _segment_name(self._next_offset))
         segment.next_offset = self._next_offset
-        fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        files = self._files
+        fd = files.open(segment.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            _fsync_dir(self._path)
+            files.fsync_dir(self._path)
         except BaseException:
-            os.close(fd)
+            files.close(fd)
             raise
         if self._segment_fd >= 0:
-            os.close(self._segment_fd)
+            files.close(self._segment_fd)
         self._segment_fd = fd
         self._segments.append(segment)
 
     def _close_fds(self) -> None:
         if self._segment_fd >= 0:
-            os.close(self._segment_fd)
+            self._files.close(self._segment_fd)
             self._segment_fd = -1
 
     async def aclose(self) -> None:
@@ -927,7 +924,7 @@ class DirectoryMetadataStore(MetadataStore):
             self._pending.clear()
             self._close_fds()
             if self._lock_fd >= 0:
-                os.close(self._lock_fd)
+                self._files.close(self._lock_fd)
                 self._lock_fd = -1
             for subscription in self._subscriptions:
                 subscription._finish()
@@ -959,7 +956,7 @@ class DirectoryMetadataStore(MetadataStore):
                     with trio.CancelScope(shield=True):
                         await self._flush_pending()
         except BaseException:
-            if ticket.state is _TicketState.PENDING:  # cancelled before anyone wrote it
+            if ticket.state is _TicketState.PENDING and ticket in self._pending:  # cancelled before anyone wrote it
                 self._pending.remove(ticket)
             raise
         if ticket.state is _TicketState.FAILED:
@@ -982,7 +979,7 @@ class DirectoryMetadataStore(MetadataStore):
             offset += len(ticket.records)
         data = b"".join(ticket.batch for ticket in tickets)
         try:
-            await trio.to_thread.run_sync(_write_and_fsync, self._segment_fd, data)
+            await trio.to_thread.run_sync(_write_and_fsync, self._files, self._segment_fd, data)
         except OSError as exc:
             self._break(exc, tickets)
             return
@@ -1053,13 +1050,14 @@ class DirectoryMetadataStore(MetadataStore):
         data = encode_snapshot(records, epoch=self._epoch, timestamp_ms=_now_ms())
         final = self._path / _snapshot_name(end_offset, self._epoch)
         part = final.with_name(final.name + _PART_SUFFIX)
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        files = self._files
+        fd = files.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_and_fsync(fd, data)
+            _write_and_fsync(files, fd, data)
         finally:
-            os.close(fd)
-        os.rename(part, final)
-        _fsync_dir(self._path)
+            files.close(fd)
+        files.rename(part, final)
+        files.fsync_dir(self._path)
         self._snapshots.append(_Snapshot(end_offset, self._epoch, final))
         if self._segments[-1].next_offset > self._segments[-1].base_offset:
             self._roll_segment_blocking()
@@ -1071,11 +1069,11 @@ class DirectoryMetadataStore(MetadataStore):
             return
         keep_from = self._snapshots[-2].end_offset
         for old in self._snapshots[:-2]:
-            old.path.unlink(missing_ok=True)
+            self._files.unlink(old.path)
         self._snapshots = self._snapshots[-2:]
         while len(self._segments) > 1 and self._segments[1].base_offset <= keep_from:
-            self._segments.pop(0).path.unlink(missing_ok=True)
-        _fsync_dir(self._path)
+            self._files.unlink(self._segments.pop(0).path)
+        self._files.fsync_dir(self._path)
 
 
 def snapshot_every(records_since_snapshot: int, *, threshold: int = 10_000) -> bool:

@@ -332,11 +332,11 @@ def gated_writes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], threading.
     gate = threading.Event()
     real_write = metadata_log._write_and_fsync
 
-    def gated_write(fd: int, data: bytes) -> None:
+    def gated_write(files, fd: int, data: bytes) -> None:
         writes.append(len(data))
         if len(writes) == 1:
             gate.wait(10)
-        real_write(fd, data)
+        real_write(files, fd, data)
 
     monkeypatch.setattr(metadata_log, "_write_and_fsync", gated_write)
     return writes, gate
@@ -400,7 +400,7 @@ async def test_subscribers_see_committed_batches_in_order(tmp_path: Path) -> Non
 
 
 async def test_write_failure_breaks_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def failing_write(fd: int, data: bytes) -> None:
+    def failing_write(files, fd: int, data: bytes) -> None:
         raise OSError(5, "Input/output error")
 
     async with DirectoryMetadataStore(tmp_path) as store:
