@@ -1,0 +1,118 @@
+"""Mutation check: break the production code on purpose and see which unit tests notice.
+
+    .venv/bin/python tests/mutation_check.py            # every mutation below
+    .venv/bin/python tests/mutation_check.py produce    # those whose name contains "produce"
+
+Each mutation replaces one exact piece of text in one file of a temporary copy of
+the repository, runs the unit tests named with it (in that copy, fast ones: no
+broker), and reports CAUGHT (some test failed) or SURVIVED (all passed: a
+feature can break unnoticed).  The repository itself is never modified.  A
+mutation whose text is no longer found is reported STALE: update it with the
+code.  docs/testing.md lists the current survivors.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTATIONS = (
+    Mutation("metadata log: no fsync of appended batches", "authz/metadata_log.py",
+             "    _write_all(files, fd, data)\n    files.fsync(fd)", "    _write_all(files, fd, data)",
+             ("tests/unit/authz/test_power_loss.py",)),
+    Mutation("metadata log: no directory fsync when a segment is rolled", "authz/metadata_log.py",
+             "        try:\n            files.fsync_dir(self._path)\n        except BaseException:",
+             "        try:\n            pass\n        except BaseException:",
+             ("tests/unit/authz/test_power_loss.py",)),
+    Mutation("produce: the whole request forwarded when any topic is allowed", "protocol/apis/produce.py",
+             "    if len(allowed) == len(counts) and not shape.any_invalid:", "    if allowed:",
+             ("tests/unit/protocol/test_produce_enforcement.py",)),
+    Mutation("produce: transactional batches not checked", "protocol/apis/produce.py",
+             "    if shape.transactional and (", "    if False and (",
+             ("tests/unit/protocol/test_produce_enforcement.py",)),
+    Mutation("produce: batches not validated", "protocol/apis/produce.py",
+             "    size = end - start\n", "    return None\n",
+             ("tests/unit/protocol/test_produce_enforcement.py",)),
+    Mutation("find coordinator: address not rewritten", "protocol/apis/addresses.py",
+             '    ApiSpec(10, "FindCoordinator", inspect_decoded, _rewrite_find_coordinator),',
+             '    ApiSpec(10, "FindCoordinator", inspect_decoded, None),',
+             ("tests/unit/protocol/test_address_rewriting.py",)),
+    Mutation("describe cluster: brokers not rewritten", "protocol/apis/addresses.py",
+             '    return encode(replace(response, brokers=rewrite_node_list(response.brokers, nodes, "broker_id")))',
+             "    return encode(response)",
+             ("tests/unit/protocol/test_address_rewriting.py",)),
+    Mutation("metadata: topic ids forwarded with the names", "protocol/apis/topics.py",
+             "request, topics=tuple(make(id_topic, topic_id=i, name=None) for i in wanted_ids),\n"
+             "                allow_auto_topic_creation=False))",
+             "request, topics=request.topics))",
+             ("tests/unit/protocol/test_topics_enforcement.py",)),
+    Mutation("bounds: counts not checked before kio", "protocol/codecs.py",
+             "        check_lengths(cls, buf, offset)\n", "        pass\n",
+             ("tests/unit/protocol/test_framing.py",)),
+    Mutation("framing: buffer allocated from the announced length", "protocol/framing.py",
+             "        partial = bytearray(min(size + 4, got + INITIAL_PARTIAL))",
+             "        partial = bytearray(size + 4)",
+             ("tests/unit/protocol/test_framing.py",)),
+    Mutation("registry: versions outside the spec advertised", "protocol/apis/api_versions.py",
+             "        lo, hi = max(kio_range.min, spec.versions[0]), min(kio_range.max, spec.versions[1])",
+             "        lo, hi = kio_range.min, kio_range.max",
+             ("tests/unit/protocol/test_registry_coverage.py",)),
+    Mutation("configs: a change that locks its caller out accepted", "gateway/dynamic_config.py",
+             "                    self._refuse_self_lockout(after, context)\n", "                    pass\n",
+             ("tests/unit/protocol/test_configs_api.py",)),
+    Mutation("authorizer: audit of one request unbounded", "authz/standard_authorizer.py",
+             "                if logged >= MAX_AUDITED_ACTIONS_PER_CALL:", "                if False:",
+             ("tests/unit/authz/test_standard_authorizer.py",)),
+    Mutation("connection: large requests inspected on the shared loop", "gateway/connection.py",
+             "        size = len(frame)\n        if size <= self._offload_request:",
+             "        size = len(frame)\n        return False\n        if size <= self._offload_request:",
+             ("tests/unit/gateway/test_connection.py",)),
+)
+
+
+def run(mutation: Mutation, copy: Path) -> str:
+    target = copy / mutation.path
+    original = target.read_text()
+    if original.count(mutation.old) != 1:
+        return "STALE"
+    target.write_text(original.replace(mutation.old, mutation.new))
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *mutation.tests],
+                              cwd=copy, capture_output=True, text=True, timeout=600)
+    finally:
+        target.write_text(original)
+    return "SURVIVED" if done.returncode == 0 else "CAUGHT"
+
+
+def main(argv: list[str]) -> int:
+    wanted = [m for m in MUTATIONS if not argv or any(a in m.name for a in argv)]
+    with tempfile.TemporaryDirectory(prefix="kgw-mutation-") as tmp:
+        copy = Path(tmp) / "repo"
+        shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info"))
+        survivors = 0
+        for mutation in wanted:
+            verdict = run(mutation, copy)
+            survivors += verdict != "CAUGHT"
+            print(f"{verdict:8} {mutation.name}", flush=True)
+    print(f"{len(wanted) - survivors} of {len(wanted)} mutations caught")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
