@@ -104,26 +104,6 @@ def _alter_client_quotas_error(version: int, request) -> bytes:
     return encode(make(cls, throttle_time=_ZERO, entries=entries))
 
 
-def _describe_scram_error(version: int, request) -> bytes:
-    # Kafka's getErrorResponse: one result per requested user, with the user name left empty.
-    cls = response_class(50, version)
-    result_cls = nested(cls, "results")
-    results = tuple(
-        make(result_cls, user="", error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), error_message=None, credential_infos=())
-        for _ in (request.users or ()))
-    return encode(make(cls, throttle_time=_ZERO, error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), error_message=None,
-                       results=results))
-
-
-def _alter_scram_error(version: int, request) -> bytes:
-    cls = response_class(51, version)
-    result_cls = nested(cls, "results")
-    users = sorted({d.name for d in request.deletions} | {u.name for u in request.upsertions})
-    results = tuple(result_cls(user=u, error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), error_message=_CLUSTER_DENIED)
-                    for u in users)
-    return encode(make(cls, throttle_time=_ZERO, results=results))
-
-
 def _describe_quorum_error(version: int, request) -> bytes:
     cls = response_class(55, version)
     return encode(make(cls, error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), error_message=_CLUSTER_DENIED, topics=(),
@@ -242,8 +222,10 @@ def _enforce_describe_tokens(auth: AuthHelper, header: RequestHeader, body: memo
 
 
 SPECS = (
-    ApiSpec(17, "SaslHandshake", inspect_decoded, enforce=_forward, versions=(0, 1)),
-    ApiSpec(36, "SaslAuthenticate", inspect_decoded, enforce=_forward, versions=(0, 2)),
+    # SASL is answered by the connection itself (gateway/sasl.py), never enforced or forwarded:
+    # these specs only register the APIs and the versions kgw speaks
+    ApiSpec(17, "SaslHandshake", inspect_decoded, versions=(0, 1)),
+    ApiSpec(36, "SaslAuthenticate", inspect_decoded, versions=(0, 2)),
     ApiSpec(38, "CreateDelegationToken", inspect_decoded, enforce=_enforce_create_token, versions=(1, 3)),
     ApiSpec(39, "RenewDelegationToken", inspect_decoded, enforce=_renew_or_expire(39), versions=(1, 2)),
     ApiSpec(40, "ExpireDelegationToken", inspect_decoded, enforce=_renew_or_expire(40), versions=(1, 2)),
@@ -252,9 +234,6 @@ SPECS = (
             enforce=_cluster_check(_Op.DESCRIBE_CONFIGS, _describe_client_quotas_error), versions=(0, 1)),
     ApiSpec(49, "AlterClientQuotas", inspect_decoded,
             enforce=_cluster_check(_Op.ALTER_CONFIGS, _alter_client_quotas_error), versions=(0, 1)),
-    ApiSpec(50, "DescribeUserScramCredentials", inspect_decoded,
-            enforce=_cluster_check(_Op.DESCRIBE, _describe_scram_error), versions=(0, 0)),
-    ApiSpec(51, "AlterUserScramCredentials", inspect_decoded, enforce=_cluster_check(_Op.ALTER, _alter_scram_error), versions=(0, 0)),
     ApiSpec(55, "DescribeQuorum", inspect_decoded, enforce=_cluster_check(_Op.DESCRIBE, _describe_quorum_error), versions=(0, 2)),
     ApiSpec(57, "UpdateFeatures", inspect_decoded, enforce=_cluster_check(_Op.ALTER, _update_features_error), versions=(0, 2)),
     ApiSpec(71, "GetTelemetrySubscriptions", inspect_decoded, enforce=_forward, versions=(0, 0)),

@@ -77,7 +77,6 @@ __all__ = [
     "MECHANISM_CODES",
     "MetadataCredentialStore",
     "ScramCredentialView",
-    "apply_scram_record",
     "credential_from_record",
     "upsertion_keys",
 ]
@@ -101,17 +100,6 @@ def credential_from_record(record: UserScramCredentialRecord) -> ScramCredential
     return ScramCredential(name=record.name, mechanism=MECHANISM_CODES[record.mechanism], salt=bytes(record.salt),
                            iterations=record.iterations, stored_key=bytes(record.stored_key),
                            server_key=bytes(record.server_key))
-
-
-def apply_scram_record(scram: dict[tuple[str, int], UserScramCredentialRecord], record: Any) -> bool:
-    """Apply one metadata record to an image's ``scram`` table; False if it is not a SCRAM record."""
-    if isinstance(record, UserScramCredentialRecord):
-        scram[(record.name, record.mechanism)] = record
-        return True
-    if isinstance(record, RemoveUserScramCredentialRecord):
-        scram.pop((record.name, record.mechanism), None)
-        return True
-    return False
 
 
 def _image_scram(image: Any) -> Mapping[tuple[str, int], UserScramCredentialRecord]:

@@ -8,21 +8,11 @@ User:ANONYMOUS may DESCRIBE topic A but not topic B.  The Spark job
 *through kgw* with the ``kgw`` source; the per-minute counts in its Parquet
 output must equal the requests made, and a second run resumes from the
 checkpoint and adds only the new decisions.  The HTML report must name the
-denied principal.
-
-Wiring: until ``audit.publish`` exists in the gateway config (see the report
-for the edits to authz/audit.py, configs/gateway_config.py and
-gateway/server.py), the gateway process is this module run as a script:
-kgw's own ``Gateway`` plus ``AuditPublisher.run`` in one nursery, the
-publisher fed by an ``AuditLogHandler`` on ``kgw.authorizer`` at DEBUG (which
-sees exactly the allowed-at-DEBUG and denied-at-INFO decisions).  Once the
-config has ``audit.publish``, the normal ``kgw run`` is used.
+denied principal.  The gateway is the normal ``kgw run`` with ``audit.publish``.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 import urllib.request
 from collections import Counter
@@ -32,55 +22,6 @@ import pytest
 
 from tests.support.acls import add_acl
 
-from configs.gateway_config import AuditConfig
-
-WIRED = hasattr(AuditConfig(), "publish")
-REPO = Path(__file__).resolve().parents[2]
-
-
-# --------------------------------------------------------------------------- the stand-in gateway process
-
-
-def _serve_with_publisher(config_path: str, topic: str) -> int:
-    import logging
-
-    import trio
-
-    from configs.gateway_config import load_config
-    from gateway.audit_publisher import AuditPublisher
-    from gateway.cli import _run_until_signal, _say
-    from gateway.logs import configure_logging
-    from gateway.server import Gateway
-
-    config = load_config(config_path)
-    configure_logging(config.logging.level, config.logging.format, "DEBUG")
-    audit_logger = logging.getLogger("kgw.authorizer")
-    audit_logger.propagate = False  # keep DEBUG audit lines off stderr
-
-    async def main() -> None:
-        gateway = Gateway(config)
-        publisher = AuditPublisher(topic, linger_s=0.1, registry=gateway.metrics.registry,
-                                   gateway_name=config.cluster_id)
-        audit_logger.addHandler(publisher.handler())
-        async with trio.open_nursery() as nursery:
-            started = await nursery.start(gateway.run)
-            nursery.start_soon(publisher.run, gateway.cluster)
-            for name, (host, port) in started.listeners.items():
-                _say(f"listening: {name} {host}:{port}")
-            if started.admin:
-                _say(f"admin: http://{started.admin[0]}:{started.admin[1]}")
-            _say("ready")
-
-    trio.run(_run_until_signal, main)
-    return 0
-
-
-if __name__ == "__main__":
-    p = argparse.ArgumentParser()
-    p.add_argument("--config", required=True)
-    p.add_argument("--audit-topic", required=True)
-    a = p.parse_args()
-    sys.exit(_serve_with_publisher(a.config, a.audit_topic))
 
 
 # --------------------------------------------------------------------------- test
@@ -156,13 +97,12 @@ def _wait_published(gw, at_least: float, timeout: float = 30) -> None:
         time.sleep(0.2)
 
 
-def test_audit_events_to_parquet_and_report(spark, tansu, start_gateway, tmp_path, monkeypatch):
+def test_audit_events_to_parquet_and_report(spark, tansu, start_gateway, tmp_path):
     import pandas as pd
     import pyarrow.parquet as pq
 
     from gateway.spark.audit_job import run_stream, source_options, write_report
     from tests.integration.test_spark_source import create_topic
-    from tests.support import cluster
 
     uid = tmp_path.name[-12:].strip("_-") or "x"
     topic_a, topic_b, audit = f"audit-ok-{uid}", f"audit-denied-{uid}", f"kgw-audit-{uid}"
@@ -173,14 +113,8 @@ def test_audit_events_to_parquet_and_report(spark, tansu, start_gateway, tmp_pat
     _seed(data_dir, "--operation", "DESCRIBE", "--topic", topic_a)
     for op in ("READ", "DESCRIBE"):
         _seed(data_dir, "--operation", op, "--topic", audit)
-    extra = {"authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer", "config": {}}}
-    if WIRED:
-        extra["audit"] = {"publish": True, "topic": audit, "linger_ms": 100}
-    else:
-        monkeypatch.setattr(cluster, "gateway_argv", lambda config_path: [
-            sys.executable, "-m", "tests.integration.test_audit_pipeline",
-            "--config", str(config_path), "--audit-topic", audit])
-    gw = start_gateway(extra, name=name)
+    gw = start_gateway({"authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer", "config": {}},
+                        "audit": {"publish": True, "topic": audit, "linger_ms": 100}}, name=name)
 
     # -- round 1: 3 allowed, 2 denied -----------------------------------------
     _avoid_minute_boundary()
@@ -221,7 +155,6 @@ def test_audit_events_to_parquet_and_report(spark, tansu, start_gateway, tmp_pat
     expected[(_minute(t2), f"Topic:LITERAL:{topic_a}", "allowed")] += 1
     # 5 new decisions plus the allowed ones of the job's own reads of the audit topic
     _wait_published(gw, 10)
-    time.sleep(0.5)
     run_stream(spark, options, out, timeout_s=180)
     assert counts() == expected
     increments = sorted(p.name for p in (out / "_increments").glob("batch=*"))

@@ -1,4 +1,7 @@
-"""Admin/security APIs (17, 36, 38-41, 48-51, 55, 57, 71, 72, 74) against a real StandardAuthorizer (§1.2)."""
+"""Admin/security APIs (38-41, 48, 49, 55, 57, 71, 72, 74) against a real StandardAuthorizer (§1.2).
+
+SASL (17, 36) is answered by the connection and the SCRAM APIs (50, 51) by
+protocol/apis/scram.py (tests/unit/protocol/test_scram_api.py): neither has an enforcer."""
 
 from __future__ import annotations
 
@@ -52,19 +55,6 @@ def quotas_alter(version):
                validate_only=False)
 
 
-def scram_describe(users):
-    cls = request_class(50, 0)
-    return cls(users=None if users is None else tuple(nested_cls(cls, "users")(name=u) for u in users))
-
-
-def scram_alter():
-    cls = request_class(51, 0)
-    d = nested_cls(cls, "deletions")
-    u = nested_cls(cls, "upsertions")
-    return cls(deletions=(d(name="zed", mechanism=i8(1)), d(name="amy", mechanism=i8(2))),
-               upsertions=(u(name="zed", mechanism=i8(2), iterations=i32(4096), salt=b"s", salted_password=b"p"),))
-
-
 def quorum(version):
     cls = request_class(55, version)
     t = nested_cls(cls, "topics")
@@ -84,8 +74,6 @@ CASES = [
     # (api key, versions, request builder, operation)
     (48, [0, 1], quotas_describe, Op.DESCRIBE_CONFIGS),
     (49, [0, 1], quotas_alter, Op.ALTER_CONFIGS),
-    (50, [0], lambda v: scram_describe(["bob"]), Op.DESCRIBE),
-    (51, [0], lambda v: scram_alter(), Op.ALTER),
     (55, [0, 1, 2], quorum, Op.DESCRIBE),
     (57, [0, 1, 2], features, Op.ALTER),
     (74, [0, 1], lambda v: build(74, v, resource_types=()), Op.DESCRIBE_CONFIGS),
@@ -126,19 +114,6 @@ def test_alter_client_quotas_denied_on_every_entry(version):
     assert [(e.entity_type, e.entity_name) for e in entry.entity] == [("user", "bob"), ("client-id", None)]
 
 
-def test_describe_scram_denied_top_level_and_per_user():
-    r = answer(enforce(authorizer(), 50, 0, scram_describe(["bob", "amy"]))[0], 50, 0)
-    assert r.error_code == ErrorCode(31) and r.error_message is None
-    assert [(x.user, int(x.error_code)) for x in r.results] == [("", 31), ("", 31)]  # Kafka leaves the name empty
-    r = answer(enforce(authorizer(), 50, 0, scram_describe(None))[0], 50, 0)
-    assert r.error_code == ErrorCode(31) and r.results == ()
-
-
-def test_alter_scram_denied_per_distinct_user_sorted():
-    r = answer(enforce(authorizer(), 51, 0, scram_alter())[0], 51, 0)
-    assert [(x.user, int(x.error_code)) for x in r.results] == [("amy", 31), ("zed", 31)]
-
-
 @pytest.mark.parametrize("version", [0, 2])
 def test_describe_quorum_and_update_features_denied_top_level(version):
     r = answer(enforce(authorizer(), 55, version, quorum(version))[0], 55, version)
@@ -154,15 +129,13 @@ def test_list_config_resources_denied(version):
     assert r.error_code == ErrorCode(31)
 
 
-# -- no check: SASL and telemetry ------------------------------------------------------
+# -- no check: telemetry ------------------------------------------------------
 
 
-def test_sasl_and_telemetry_are_forwarded_without_any_check(caplog):
+def test_telemetry_is_forwarded_without_any_check(caplog):
     import uuid as _uuid
     caplog.set_level(1, logger=AUDIT_LOGGER_NAME)
     a = authorizer()  # nothing allowed
-    assert enforce(a, 17, 1, build(17, 1, mechanism="PLAIN"))[0] is FORWARD
-    assert enforce(a, 36, 2, build(36, 2, auth_bytes=b"\0u\0p"))[0] is FORWARD
     assert enforce(a, 71, 0, build(71, 0, client_instance_id=_uuid.uuid4()))[0] is FORWARD
     push = build(72, 0, client_instance_id=_uuid.uuid4(), subscription_id=i32(1), terminating=False,
                  compression_type=i8(0), metrics=b"")

@@ -85,13 +85,18 @@ class Env:
         if policy is not None:  # what the YAML section alter_configs_policy gives
             gw.dynamic_configs = DynamicConfigManager(gw, policies=load_policies(policy))
         cancel = trio.CancelScope()
+        stopped = trio.Event()
 
         async def run(task_status=trio.TASK_STATUS_IGNORED):
-            with cancel:
-                await gw.run(task_status=task_status)
+            try:
+                with cancel:
+                    await gw.run(task_status=task_status)
+            finally:
+                stopped.set()
 
         started = await self.nursery.start(run)
         gw._test_cancel = cancel
+        gw._test_stopped = stopped  # set once the gateway has shut down (its metadata store closed)
         if acls:
             await gw.authorizer.create_acls(None, list(acls))
         await manager_for(gw).ensure_loaded()  # a no-op once the server calls load() at start-up
@@ -294,7 +299,7 @@ async def test_incremental_alter_applies_live_persists_and_survives_restart(env)
 
     # restart on the same metadata directory: the overrides are applied again
     gw._test_cancel.cancel()
-    await trio.sleep(0.05)
+    await gw._test_stopped.wait()
     gw2, port2 = await env.start(authorizer={"super.users": "User:admin"})
     assert len(gw2.authorizer.acls(CLUSTER_CONFIG_ACL.to_filter())) == 1
     assert gw2.authorizer._data.allow_everyone is True

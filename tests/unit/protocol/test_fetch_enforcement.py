@@ -238,28 +238,19 @@ def test_topic_entries_without_partitions_are_neither_checked_nor_answered_nor_f
     assert [len(t.partitions) for t in forwarded.topics] == [1] and forwarded.session_epoch == -1
 
 
-def test_all_allowed_hot_path_cost(capsys):
-    """Measured, not just asserted: the all-allowed path is the authorize call plus a list walk."""
+def test_all_allowed_is_one_authorize_call_with_one_action_per_topic():
+    """The all-allowed path asks the authorizer once, one action per topic with the topic's
+    partition count as its reference count, and forwards the frame untouched (what the
+    per-request cost is, is measured by bench/, not here)."""
     a = authorizer(*READ_ORDERS_AUDIT)
-    request = fetch_request(16, [("orders", list(range(32))), ("audit", list(range(32)))])
+    request = fetch_request(16, [("orders", list(range(32))), ("audit", list(range(5)))])
     frame = frame_of(16, request)
     header = parse_request_header(frame)
     info = SPEC.inspect(header, frame)
-    auth = helper(a, 16)
-    n = 2000
-    start = time.perf_counter()
-    for _ in range(n):
-        assert SPEC.enforce(auth, header, frame, info) is FORWARD
-    enforce_us = (time.perf_counter() - start) / n * 1e6
-    actions = a.calls[0]
-    start = time.perf_counter()
-    for _ in range(n):
-        a.authorize(auth.context, actions)
-    authorize_us = (time.perf_counter() - start) / n * 1e6
-    with capsys.disabled():
-        print(f"\n[fetch hot path] 2 topics x 32 partitions: enforce {enforce_us:.1f} us, "
-              f"of which authorize {authorize_us:.1f} us")
-    assert len(actions) == 2
+    assert SPEC.enforce(helper(a, 16), header, frame, info) is FORWARD
+    assert len(a.calls) == 1
+    assert [(x.resource_pattern.name, x.operation, x.resource_reference_count) for x in a.calls[0]] == [
+        ("orders", Op.READ, 32), ("audit", Op.READ, 5)]
 
 
 def _sessionless_request(header, frame, decision, request):

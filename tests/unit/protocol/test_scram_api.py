@@ -4,9 +4,8 @@ The handlers run against a real metadata log (DirectoryMetadataStore in a
 temporary directory) and a real SaslSession, so the tests show the whole
 path: Alter → durable UserScramCredentialRecord → the very next SCRAM login.
 
-``_Image`` is MetadataImage plus the SCRAM table the wiring adds to it
-(``protocol.apis.scram.apply_scram_record``); ``test_real_metadata_image_*``
-runs against the unmodified class and is skipped until that wiring is in.
+Every test runs the production :class:`~authz.metadata_image.MetadataImage`, whose SCRAM
+table the records are applied to.
 """
 
 from __future__ import annotations
@@ -37,18 +36,6 @@ SHA256, SHA512 = SaslMechanism.SCRAM_SHA_256, SaslMechanism.SCRAM_SHA_512
 YAML_USERS = UsersConfig(scram=(ScramCredential.from_password("admin", "admin-secret", SHA256, iterations=8192),))
 
 
-class _Image(MetadataImage):
-    """MetadataImage with the SCRAM table (what the proposed authz/metadata_image.py change adds)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.scram: dict = {}
-
-    def _apply(self, record) -> None:
-        if not scram.apply_scram_record(self.scram, record):
-            super()._apply(record)
-
-
 class _Authorizer:
     """Allows everything to User:admin, nothing to anyone else; remembers the calls."""
 
@@ -74,7 +61,7 @@ def _auth(user: str | None, authorizer: _Authorizer | None = None) -> AuthHelper
 @pytest.fixture
 async def gw(tmp_path):
     store = DirectoryMetadataStore(tmp_path / "meta")
-    image = _Image(store, None)
+    image = MetadataImage(store, None)
     await image.load()
     yield SimpleNamespace(config=SimpleNamespace(users=YAML_USERS), image=image, authorizer=None, path=tmp_path / "meta")
     await store.aclose()
@@ -166,7 +153,7 @@ async def test_records_survive_a_restart(gw, tmp_path) -> None:
     await alter(gw, deletions=[deletion("frank", 1)])
     await gw.image.store.aclose()
     store = DirectoryMetadataStore(gw.path)
-    image = _Image(store, None)
+    image = MetadataImage(store, None)
     await image.load()
     try:
         assert set(image.scram) == {("erin", 2)}
@@ -310,8 +297,6 @@ async def test_real_metadata_image_keeps_scram_records(tmp_path) -> None:
     image = MetadataImage(store, None)
     await image.load()
     try:
-        if not hasattr(image, "scram"):
-            pytest.skip("authz/metadata_image.py has no SCRAM table yet (wiring pending)")
         await image.append([UserScramCredentialRecord(name="u", mechanism=1, salt=b"s", stored_key=b"k" * 32,
                                                       server_key=b"v" * 32, iterations=4096),
                             UserScramCredentialRecord(name="w", mechanism=2, salt=b"s", stored_key=b"k" * 64,
