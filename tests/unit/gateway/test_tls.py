@@ -43,6 +43,7 @@ async def run_pair(server_ctx, client_ctx, *, timeout_s: float = 5.0, client_act
     """Handshake both sides over memory streams; returns (server result or exception, client exception)."""
     server_stream, client_stream = trio.testing.memory_stream_pair()
     outcome: dict = {}
+    server_done = trio.Event()
 
     async def server() -> None:
         try:
@@ -50,6 +51,8 @@ async def run_pair(server_ctx, client_ctx, *, timeout_s: float = 5.0, client_act
         except AuthenticationFailed as exc:
             outcome["server"] = exc
             await server_stream.aclose()
+        finally:
+            server_done.set()
 
     async def client() -> None:
         try:
@@ -67,8 +70,7 @@ async def run_pair(server_ctx, client_ctx, *, timeout_s: float = 5.0, client_act
         nursery.start_soon(server)
         nursery.start_soon(client)
         # the client waits for "pong"; answer or give up once the server is done
-        while "server" not in outcome:
-            await trio.sleep(0.001)
+        await server_done.wait()
         result = outcome["server"]
         if not isinstance(result, Exception):
             await result[0].send_all(b"pong")
