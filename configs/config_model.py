@@ -405,6 +405,8 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
          "offload_produce_bytes"),
         ("offload.response.bytes", ConfigType.INT, "Responses larger than this are decoded on a worker thread.",
          "offload_response_bytes"),
+        ("shutdown.drain.timeout.ms", ConfigType.INT, "On SIGTERM, time to answer what is in flight.",
+         "drain_timeout_ms"),
     ):
         default = type(lim).__dataclass_fields__[field].default
         add(ConfigDef(key, kind, doc, str(default), source_path=f"limits.{field}"), getattr(lim, field))

@@ -308,6 +308,9 @@ class LimitsConfig:
     offload_produce_bytes: int = 1048576
     """The same for Produce, whose walk costs per partition, not per byte (clients' default
     max.request.size is 1 MiB: ordinary Produce requests stay on the fast path)."""
+    drain_timeout_ms: int = 30000
+    """On SIGTERM kgw stops accepting and reading, and answers what is in flight for at most
+    this long before it closes the remaining connections."""
     offload_response_bytes: int = 1048576
     """Upstream responses larger than this that kgw must decode (merging a partly denied
     request's answers, rewriting Metadata) are processed on a worker thread."""
@@ -932,6 +935,7 @@ def _limits(ctx: _Ctx, r: _Reader) -> LimitsConfig:
         offload_request_bytes=r("offload_request_bytes", _POSITIVE, 65536),
         offload_produce_bytes=r("offload_produce_bytes", _POSITIVE, 1048576),
         offload_response_bytes=r("offload_response_bytes", _POSITIVE, 1048576),
+        drain_timeout_ms=r("drain_timeout_ms", _POSITIVE, 30000),
     )
 
 

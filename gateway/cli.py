@@ -38,16 +38,36 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
+#: the gateway ``_serve`` runs, for the signal handler's drain
+_SERVING: dict = {}
+
+
 async def _run_until_signal(gateway_main) -> None:
+    """Run until SIGINT/SIGTERM.  The first signal drains the gateway (stop accepting and
+    reading, answer what is in flight, at most ``limits.drain_timeout_ms``), a second one
+    stops it at once."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(gateway_main)
 
             async def stop_on_signal() -> None:
+                draining = None
                 async for signum in signals:
-                    log.info("received %s, shutting down", signal.Signals(signum).name)
-                    nursery.cancel_scope.cancel()
-                    return
+                    name = signal.Signals(signum).name
+                    gateway = _SERVING.get("gateway")
+                    if gateway is None or draining is not None:
+                        log.info("received %s, shutting down now", name)
+                        nursery.cancel_scope.cancel()
+                        return
+                    timeout_s = gateway.config.limits.drain_timeout_ms / 1000
+                    log.info("received %s, draining (at most %.1fs; again to stop at once)", name, timeout_s)
+
+                    async def drain_then_stop() -> None:
+                        await gateway.drain(timeout_s)
+                        nursery.cancel_scope.cancel()
+
+                    draining = True
+                    nursery.start_soon(drain_then_stop)
 
             nursery.start_soon(stop_on_signal)
 
@@ -56,6 +76,7 @@ async def _serve(config, on_started=None) -> None:
     from gateway.server import Gateway
 
     gateway = Gateway(config)
+    _SERVING["gateway"] = gateway
     async with trio.open_nursery() as nursery:
         started = await nursery.start(gateway.run)
         for name, (host, port) in started.listeners.items():

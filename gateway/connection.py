@@ -46,6 +46,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
+import socket
 import struct
 import time
 from collections import deque
@@ -199,9 +200,15 @@ class ClientConnection:
         self._offload_response = limits.offload_response_bytes
         #: a large upstream response taken off the decoder, to be completed on a worker thread
         self.heavy: tuple | None = None
+        #: a drain began (gateway stopping): read no new request, answer what is in flight, close
+        self.draining = False
+        self._read_scope: trio.CancelScope | None = None
+        self._answered: trio.Event | None = None  # set by _flush while draining
 
     # ------------------------------------------------------------------ entry
     async def run(self) -> None:
+        if self.gw.draining:
+            return  # accepted just as the gateway began to stop
         try:
             with trio.fail_at(_trio_deadline(self._auth_deadline)):
                 self.stream, self.auth = await self.listener.security.accept(self.stream, self.peer[0])
@@ -223,6 +230,8 @@ class ClientConnection:
                 if decoder is not None:
                     await self._serve_in_data_plane(decoder)
                 nursery.cancel_scope.cancel()
+            if self.draining:
+                await self._half_close()
         except* CloseConnection as group:
             for e in group.exceptions:
                 self._metrics.errors.labels(self._listener_name, "-", e.metric).inc()
@@ -352,16 +361,55 @@ class ClientConnection:
             self._decoder.limit = self._limits.max_frame_bytes
             self._decoder.limit_name = "socket.request.max.bytes"
 
+    def begin_drain(self) -> None:
+        """The gateway is stopping: read no new request; once every request read so far is
+        answered the connection closes (on the data plane, the lane does the same)."""
+        self.draining = True
+        if self._lane is not None and self.gw.data_plane is not None:
+            self.gw.data_plane.drain(self._lane)
+        elif self._read_scope is not None:
+            self._read_scope.cancel()
+
+    async def _half_close(self) -> None:
+        """Drained: end our side (FIN) and discard what the client still sends until it closes
+        (at most a second), so the answers already sent are not lost to a reset, as they would
+        be if the socket were closed with unread requests in it."""
+        raw = getattr(getattr(self.stream, "stream", self.stream), "socket", None)
+        if raw is None:  # TLS: the close_notify of aclose() ends the stream
+            return
+        try:
+            raw.shutdown(socket.SHUT_WR)
+            with trio.move_on_after(1.0):
+                while await self.stream.receive_some(_RECV):
+                    pass
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def _until_answered(self) -> None:
+        """Draining on Trio: send what was accepted for the upstream, wait for every answer."""
+        if self._queued:
+            await self._send_upstream(self._queued)
+            self._queued.clear()
+        while self._pending:
+            self._answered = trio.Event()
+            await self._answered.wait()
+
     async def _read_client(self) -> FrameDecoder | None:
         """Serve requests on Trio; returns the decoder when the connection moves to the data plane."""
         decoder = self._decoder = self._new_decoder()
         bytes_in = self._metrics.bytes_in.labels(self._listener_name)
         to_upstream = self._queued  # frames to forward, sent together once a chunk is parsed
         while True:
+            if self.draining:
+                await self._until_answered()
+                return None
             with trio.move_on_at(_trio_deadline(self._read_deadline())) as timer:
+                self._read_scope = timer
                 data = await _receive(self.stream, decoder)
+            self._read_scope = None
             if timer.cancelled_caught:
-                self.check_timeouts(time.monotonic())
+                if not self.draining:
+                    self.check_timeouts(time.monotonic())
                 continue
             self._last_read = time.monotonic()
             if not data:
@@ -370,7 +418,7 @@ class ClientConnection:
                              decoder.buffered, extra=self._fields())
                 return
             bytes_in.inc(len(data))
-            while (frame := next_request(decoder)) is not NEED_DATA:
+            while not self.draining and (frame := next_request(decoder)) is not NEED_DATA:
                 await self._on_request(frame, to_upstream)
                 if self._handoff:
                     return decoder  # frames still buffered are the data plane's now
@@ -839,3 +887,5 @@ class ClientConnection:
                 bytes_out.inc(len(data))
         finally:
             self._sending = False
+            if self._answered is not None and not pending:
+                self._answered.set()

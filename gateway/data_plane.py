@@ -95,7 +95,7 @@ class Lane:
     """One client connection while the data plane serves it."""
 
     __slots__ = ("conn", "cfd", "ufd", "cdec", "udec", "cout", "uout", "paused", "closed", "post",
-                 "cmask", "umask", "bytes_in", "bytes_out", "n_in", "n_out", "deferred")
+                 "cmask", "umask", "bytes_in", "bytes_out", "n_in", "n_out", "deferred", "draining")
 
     def __init__(self, conn: "ClientConnection", cfd: int, ufd: int, client_decoder: FrameDecoder,
                  upstream_frames: list, post: Callable[[tuple], None]) -> None:
@@ -119,6 +119,8 @@ class Lane:
         self.n_out = 0
         #: request counters the connection deferred until the request was written (see metrics())
         self.deferred: list = []
+        #: the gateway is stopping: no new request is read; the lane ends once all are answered
+        self.draining = False
 
     def metrics(self) -> None:
         deferred = self.deferred
@@ -165,6 +167,10 @@ class DataPlane:
         """The slow request is done: ``frames`` go upstream, the lane reads again."""
         self.call_soon(self._resume, lane, frames)
 
+    def drain(self, lane: Lane) -> None:
+        """Read no new request on ``lane``; end it ("eof") once every request is answered."""
+        self.call_soon(self._drain, lane)
+
     def release(self, lane: Lane, flush: bool) -> None:
         """Stop serving ``lane`` (Trio closes the sockets next); it posts ``("released",)``."""
         self.call_soon(self._release, lane, flush)
@@ -206,6 +212,8 @@ class DataPlane:
                         self._set_masks(lane)
                         if lane.deferred:
                             lane.metrics()  # after the upstream writes: off the request's latency
+                        if lane.draining:
+                            self._drained_yet(lane)
                     except Exception as e:
                         self._failed(lane, e)
                 while commands:
@@ -265,6 +273,21 @@ class DataPlane:
         lane.paused = False
         lane.uout.extend(memoryview(f) for f in frames)
         self._guarded(lane, self._after_slow, lane)
+        if lane.draining:
+            self._drained_yet(lane)
+
+    def _drain(self, lane: Lane) -> None:
+        if lane.closed:
+            return
+        lane.draining = True
+        if not lane.paused:
+            self._guarded(lane, self._set_masks, lane)  # stop reading the client
+            self._drained_yet(lane)
+
+    def _drained_yet(self, lane: Lane) -> None:
+        if (not lane.closed and not lane.paused and not lane.conn._pending and not lane.cout
+                and not lane.uout):
+            self._end(lane, ("eof", 0))
 
     def _after_slow(self, lane: Lane) -> None:
         self._flush_client(lane)
@@ -349,6 +372,8 @@ class DataPlane:
             self._write(lane, lane.ufd, uout, False)
             if uout:
                 return  # the upstream is not taking more now: EPOLLOUT resumes us
+        if lane.draining:
+            return  # no new request while the gateway stops
         conn, dec = lane.conn, lane.cdec
         pending, limit = conn._pending, conn._max_in_flight
         while True:
@@ -441,7 +466,8 @@ class DataPlane:
             cmask = umask = 0
         else:
             conn = lane.conn
-            cmask = _IN if (not lane.uout and len(conn._pending) < conn._max_in_flight) else 0
+            cmask = _IN if (not lane.uout and len(conn._pending) < conn._max_in_flight
+                            and not lane.draining) else 0
             umask = 0 if lane.cout else _IN
             if lane.uout:
                 umask |= _OUT

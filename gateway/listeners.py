@@ -69,6 +69,8 @@ class Listener:
         self._token: trio.lowlevel.TrioToken | None = None
         self._connections = 0
         self._refused_hosts: set[str] = set()  # hosts refused for max_connections_per_ip (logged once)
+        self._accept_scopes: list[trio.CancelScope] = []  # one per accepting socket (stop_accepting)
+        self._accepting = True
         #: dynamic (DescribeConfigs/AlterConfigs may change it at run time)
         self.max_connections: int = config.max_connections
 
@@ -120,8 +122,19 @@ class Listener:
         else:
             self._token.run_sync_soon(self._nursery.start_soon, self._accept_loop, sock, node_id)
 
+    def stop_accepting(self) -> None:
+        """Close every listening socket of this listener (a drain begins); open connections stay."""
+        self._accepting = False
+        for scope in self._accept_scopes:
+            scope.cancel()
+
     async def _accept_loop(self, sock: trio.socket.SocketType, node_id: int | None) -> None:
-        with sock:
+        if not self._accepting:
+            sock.close()
+            return
+        scope = trio.CancelScope()
+        self._accept_scopes.append(scope)
+        with sock, scope:
             while True:
                 try:
                     conn, addr = await sock.accept()
@@ -162,7 +175,12 @@ class Listener:
         peer = (addr[0], addr[1])
         try:
             stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await ClientConnection(self, stream, peer, node_id).run()
+            conn = ClientConnection(self, stream, peer, node_id)
+            self.gateway.connections.add(conn)
+            try:
+                await conn.run()
+            finally:
+                self.gateway.connection_closed(conn)
         except Exception:
             log.exception("client connection failed", extra=fields(listener=self.name, client=f"{peer[0]}:{peer[1]}"))
         finally:

@@ -61,6 +61,9 @@ class Gateway:
         #: the worker thread that inspects, authorizes and merges large requests and responses, so
         #: one huge request never holds the loops that serve every other connection
         self.heavy_work_limiter = trio.CapacityLimiter(1)
+        #: every open client connection (drain) and whether a drain has begun
+        self.connections: set = set()
+        self.draining = False
         #: open client connections per client host, over all listeners (limits.max_connections_per_ip)
         self.connections_per_host: dict[str, int] = {}
 
@@ -79,7 +82,36 @@ class Gateway:
         return AuthorizerServerInfo(self.config.cluster_id, 0, endpoints, None)
 
     def readiness(self) -> dict[str, bool]:
+        if self.draining:  # a load balancer stops sending the moment a drain begins
+            return {name: False for name in self._ready}
         return dict(self._ready)
+
+    async def drain(self, timeout_s: float) -> int:
+        """Graceful stop: stop accepting, stop reading new requests, answer every request in
+        flight, close each connection once it has nothing left to answer; after ``timeout_s``
+        give up.  Returns the number of requests still unanswered then (also logged)."""
+        self.draining = True
+        for listener in self.listeners:
+            listener.stop_accepting()
+        for conn in list(self.connections):
+            conn.begin_drain()
+        with trio.move_on_after(timeout_s):
+            while self.connections:
+                self._drained = trio.Event()
+                await self._drained.wait()
+        abandoned = sum(len(conn._pending) for conn in self.connections)
+        if self.connections:
+            log.warning("drain timed out after %.1fs: closing %d connection(s) with %d request(s) unanswered",
+                        timeout_s, len(self.connections), abandoned)
+        else:
+            log.info("drained: every request in flight was answered")
+        return abandoned
+
+    def connection_closed(self, conn) -> None:
+        self.connections.discard(conn)
+        drained = getattr(self, "_drained", None)
+        if drained is not None and not self.connections:
+            drained.set()
 
     @property
     def advertised_cached(self) -> dict[int, VersionRange] | None:

@@ -436,3 +436,48 @@ async def test_large_requests_and_their_answers_are_handled_on_a_worker_thread_i
     assert [p.error_code for t in got[2][1].responses for p in t.partition_responses] == [ErrorCode(87)]
     # Metadata, Produce and ListGroups inspected there; Metadata's answer merged there
     assert limiter.runs - runs_before >= 4
+
+
+async def test_drain_answers_every_request_in_flight_then_closes(nursery, tmp_path, data_plane):
+    """SIGTERM's drain: twenty pipelined Produce requests to a slow broker are all answered,
+    the connection is then closed by the gateway, /readyz turns 503, no new connection is
+    accepted, and nothing was abandoned."""
+    broker = await nursery.start(FakeBroker().serve)
+    gateway, port = await _start_gateway(nursery, tmp_path, broker, data_plane)
+    client = await _forwarding_client(port)
+    broker.delay[0] = 0.3  # every Produce waits upstream: they are in flight when the drain begins
+    body = produce8.ProduceRequest(transactional_id=None, acks=i16(1), timeout=timedelta(seconds=5), topic_data=(
+        produce8.TopicProduceData(name="t", partition_data=(produce8.PartitionProduceData(index=i32(0), records=b"r"),)),))
+    await client.stream.send_all(b"".join(encode_request(0, 8, corr, body) for corr in range(200, 220)))
+    with trio.fail_after(5):
+        while sum(1 for key, _v, _c in broker.received if key == 0) < 20:  # all went upstream
+            await trio.sleep(0.01)
+    abandoned: list[int] = []
+
+    async def drain() -> None:
+        abandoned.append(await gateway.drain(10))
+
+    nursery.start_soon(drain)
+    with trio.fail_after(10):
+        got = [(await client.receive(0, 8))[0] for _ in range(20)]
+        assert await client.receive_frame() is None  # then the gateway closed the connection
+        while not abandoned:
+            await trio.sleep(0.01)
+    assert got == list(range(200, 220))
+    assert abandoned == [0]
+    assert set(gateway.readiness().values()) == {False}
+    with pytest.raises(OSError):
+        await trio.open_tcp_stream("127.0.0.1", port)
+
+
+async def test_drain_gives_up_after_its_timeout_and_counts_what_was_abandoned(nursery, tmp_path, data_plane):
+    broker = await nursery.start(FakeBroker().serve)
+    gateway, port = await _start_gateway(nursery, tmp_path, broker, data_plane)
+    client = await _forwarding_client(port)
+    broker.hang.add(16)
+    await client.send(16, 4, 2, request_class(16, 4)(states_filter=()))
+    with trio.fail_after(5):
+        while (16, 4, 2) not in broker.received:  # in flight upstream, never to be answered
+            await trio.sleep(0.01)
+    with trio.fail_after(5):
+        assert await gateway.drain(0.2) == 1
