@@ -303,6 +303,10 @@ class ClientConnection:
                 with trio.CancelScope(shield=True):
                     with trio.move_on_after(2):
                         await self._until_released(receive)
+            # The lane points at this connection; this connection must not point back, or each
+            # closed connection would wait for the cycle collector (memory growing with churn).
+            self._lane = None
+            self._deferred = None
 
     @staticmethod
     async def _until_released(receive) -> None:

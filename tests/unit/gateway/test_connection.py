@@ -481,3 +481,31 @@ async def test_drain_gives_up_after_its_timeout_and_counts_what_was_abandoned(nu
             await trio.sleep(0.01)
     with trio.fail_after(5):
         assert await gateway.drain(0.2) == 1
+
+
+async def test_closed_connections_are_freed_at_once_not_by_the_cycle_collector(nursery, tmp_path, data_plane):
+    """With the collector off, a hundred connections opened, used and closed leave (almost)
+    nothing behind: each is freed by reference counting when it closes.  A reference cycle
+    (a connection and its data-plane lane pointing at each other) kept every one alive until
+    the next full collection, which gc.freeze() and kgw's thresholds make rare."""
+    import gc
+
+    from gateway.connection import ClientConnection
+    from gateway.data_plane import Lane
+
+    broker = await nursery.start(FakeBroker().serve)
+    gateway, port = await _start_gateway(nursery, tmp_path, broker, data_plane)
+    await (await _forwarding_client(port)).stream.aclose()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(100):
+            client = await _forwarding_client(port)  # forwarded: on the data plane when it is on
+            await client.stream.aclose()
+        with trio.fail_after(5):
+            while gateway.connections:
+                await trio.sleep(0.01)
+        alive = [o for o in gc.get_objects() if isinstance(o, (ClientConnection, Lane))]
+        assert len(alive) <= 2, f"{len(alive)} connection objects still alive after close"
+    finally:
+        gc.enable()
