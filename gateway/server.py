@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 
 import trio
+from prometheus_client import Gauge
 
 from authz.authorizer import AuthorizerServerInfo, Endpoint
 from authz.loader import load_authorizer
@@ -61,6 +62,12 @@ class Gateway:
         #: the worker thread that inspects, authorizes and merges large requests and responses, so
         #: one huge request never holds the loops that serve every other connection
         self.heavy_work_limiter = trio.CapacityLimiter(1)
+        up = Gauge("kgw_upstream_reachable", "1 while kgw's last metadata refresh of the upstream cluster "
+                   "succeeded", registry=self.metrics.registry)
+        up.set_function(lambda: 0 if self.cluster.reachable is False else 1)
+        since = Gauge("kgw_upstream_unreachable_since_seconds", "Unix time of the first failed refresh in "
+                      "the current outage; 0 while reachable", registry=self.metrics.registry)
+        since.set_function(lambda: self.cluster.unreachable_since or 0)
         #: every open client connection (drain) and whether a drain has begun
         self.connections: set = set()
         self.draining = False
@@ -82,9 +89,10 @@ class Gateway:
         return AuthorizerServerInfo(self.config.cluster_id, 0, endpoints, None)
 
     def readiness(self) -> dict[str, bool]:
+        """Each listener, and the upstream cluster: ready or not (``/readyz``)."""
         if self.draining:  # a load balancer stops sending the moment a drain begins
-            return {name: False for name in self._ready}
-        return dict(self._ready)
+            return {**{name: False for name in self._ready}, "upstream": False}
+        return {**self._ready, "upstream": self.cluster.reachable is not False}
 
     async def drain(self, timeout_s: float) -> int:
         """Graceful stop: stop accepting, stop reading new requests, answer every request in

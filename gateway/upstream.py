@@ -20,6 +20,7 @@ import io
 import logging
 import socket
 import struct
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -138,6 +139,9 @@ class UpstreamCluster:
         self.cluster_id: str | None = None
         self._subscribers: list[Callable[[int], None]] = []
         self._refresh_lock = trio.Lock()
+        #: None until the first refresh; False from a failed refresh until the next success
+        self.reachable: bool | None = None
+        self.unreachable_since: float | None = None  # time.time() of the first failure in a row
 
     def subscribe(self, callback: Callable[[int], None]) -> None:
         """``callback(node_id)`` is called for every node id, once when it is first seen."""
@@ -214,9 +218,20 @@ class UpstreamCluster:
             try:
                 await self.refresh()
             except (UpstreamUnavailable, CodecError, trio.TooSlowError, OSError) as e:
-                log.warning("upstream metadata refresh failed: %s", e)
+                if self.reachable is not False:  # the transition is logged once, not every retry
+                    self.unreachable_since = time.time()
+                    log.warning("upstream cluster unreachable: %s (kgw retries every %.0fs; "
+                                "clients get errors meanwhile)", e, min(interval_s, 2.0))
+                else:
+                    log.debug("upstream cluster still unreachable: %s", e)
+                self.reachable = False
                 delay = min(interval_s, 2.0)
             else:
+                if self.reachable is False:
+                    log.warning("upstream cluster reachable again after %.1fs",
+                                time.time() - (self.unreachable_since or time.time()))
+                self.reachable = True
+                self.unreachable_since = None
                 delay = interval_s
             if not started:
                 started = True

@@ -40,7 +40,7 @@ class FakeBroker:
         self.versions = {0: (3, 11), 3: (0, 12), 16: (0, 5), 18: (0, 3)}
 
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED):
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        listeners = await trio.open_tcp_listeners(self.port, host="127.0.0.1")  # 0 the first time
         self.port = listeners[0].socket.getsockname()[1]
         task_status.started(self)
         await trio.serve_listeners(self._handle, listeners)
