@@ -107,6 +107,8 @@ _SASL_KEYS = frozenset({17, 36})
 
 #: :meth:`ClientConnection.dispatch_sync`: this request needs the async path
 SLOW = object()
+#: a route's inspector slot for ApiVersions: answered in dispatch_sync from the cached table
+_API_VERSIONS = object()
 
 
 def _trio_deadline(monotonic_deadline: float) -> float:
@@ -459,6 +461,14 @@ class ClientConnection:
         if route is SLOW:
             return SLOW
         spec, counter, inspect = route
+        if inspect is _API_VERSIONS:  # answered here, on whichever thread runs this: no pause
+            self.client_id = header.client_id
+            if self._deferred is None:
+                counter.inc()
+            else:
+                self._deferred.append(counter)
+            self._pending.append(self._local_slot(header, spec, self._api_versions_body(header.api_version, advertised)))
+            return True
         self.client_id = header.client_id
         if self._deferred is None:
             counter.inc()
@@ -490,11 +500,26 @@ class ClientConnection:
             return False  # a Produce request (api key 0) within offload_produce_bytes
         return True
 
+    def _api_versions_body(self, version: int, advertised) -> bytes:
+        """The ApiVersions answer for ``version``, built once per advertised table."""
+        cache = self.gw.api_versions_bodies
+        key = (id(advertised), version)
+        body = cache.get(key)
+        if body is None or cache.get("table") is not advertised:
+            if cache.get("table") is not advertised:
+                cache.clear()
+                cache["table"] = advertised
+            body = cache[key] = build_api_versions(version, advertised, self.gw.cluster.api_versions_response)
+        return body
+
     def _route(self, api_key: int, api_version: int, advertised) -> object:
         """What :meth:`dispatch_sync` needs of one API version: SLOW, or (spec, request
-        counter, inspector), the inspector None for a version kgw does not advertise."""
+        counter, inspector), the inspector None for a version kgw does not advertise and
+        :data:`_API_VERSIONS` for ApiVersions, answered on the spot."""
         spec = REGISTRY.get(api_key)
-        if spec is None or spec.answered_locally or api_key == 18 or api_key in _SASL_KEYS:
+        if spec is not None and api_key == 18:
+            return spec, self._metrics.request(self._listener_name, spec.name), _API_VERSIONS
+        if spec is None or spec.answered_locally or api_key in _SASL_KEYS:
             return SLOW
         counter = self._metrics.request(self._listener_name, spec.name)
         allowed = advertised.get(api_key)
@@ -694,8 +719,7 @@ class ClientConnection:
 
     async def _answer_api_versions(self, header: RequestHeader, spec: ApiSpec) -> None:
         advertised = await self._advertised()
-        body = build_api_versions(header.api_version, advertised, self.gw.cluster.api_versions_response)
-        await self._answer_locally(header, spec, body)
+        await self._answer_locally(header, spec, self._api_versions_body(header.api_version, advertised))
 
     @staticmethod
     def _local_slot(header: RequestHeader, spec: ApiSpec, body: bytes) -> _Slot:

@@ -509,3 +509,29 @@ async def test_closed_connections_are_freed_at_once_not_by_the_cycle_collector(n
         assert len(alive) <= 2, f"{len(alive)} connection objects still alive after close"
     finally:
         gc.enable()
+
+
+async def test_api_versions_is_answered_on_the_fast_path(setup, data_plane, monkeypatch):
+    """ApiVersions on a forwarding connection is answered where the request is dispatched (on
+    the data plane, without pausing the lane for the Trio task), in request order."""
+    from gateway.connection import ClientConnection
+
+    broker, _, port = setup
+    slow: list[int] = []
+    real_slow = ClientConnection._on_request_slow
+
+    async def spy(self, frame, to_upstream):
+        slow.append(struct.unpack_from(">h", frame, 4)[0])
+        await real_slow(self, frame, to_upstream)
+
+    monkeypatch.setattr(ClientConnection, "_on_request_slow", spy)
+    client = await _forwarding_client(port)
+    slow.clear()
+    broker.delay[3] = 0.2
+    await client.send(3, 12, 40, _md_request())
+    await client.send(18, 3, 41, request_class(18, 3)(client_software_name="t", client_software_version="1"))
+    corr_md, _ = await client.receive(3, 12)
+    corr_av, versions = await client.receive(18, 3)
+    assert (corr_md, corr_av) == (40, 41)
+    assert versions.error_code == 0 and any(k.api_key == 0 for k in versions.api_keys)
+    assert 18 not in slow
