@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import struct
 from dataclasses import replace
+from uuid import UUID
 from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
@@ -33,8 +34,10 @@ from protocol.errors import (
     INVALID_RECORD,
     TOPIC_AUTHORIZATION_FAILED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_ID,
     UNSUPPORTED_COMPRESSION_TYPE,
 )
+from protocol.topic_ids import LEARNED
 
 from protocol.apis.addresses import rewrite_node_list
 from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RequestInfo
@@ -49,11 +52,14 @@ __all__ = ["SPECS", "walk_produce_request", "ProduceShape"]
 class TopicSpan:
     """One topic entry of a Produce request: its name, partitions, and where its bytes are."""
 
-    __slots__ = ("name", "partitions", "start", "end", "parts_at", "parts_end", "spans", "invalid")
+    __slots__ = ("name", "partitions", "start", "end", "parts_at", "parts_end", "spans", "invalid", "topic_id")
 
-    def __init__(self, name: str, partitions: list[int], start: int, end: int, parts_at: int, parts_end: int,
-                 spans: list[tuple[int, int]], invalid: dict[int, tuple[int, str]] | None) -> None:
+    def __init__(self, name: str | None, partitions: list[int], start: int, end: int, parts_at: int, parts_end: int,
+                 spans: list[tuple[int, int]], invalid: dict[int, tuple[int, str]] | None,
+                 topic_id: UUID | None = None) -> None:
+        #: the topic's name; from v13 on resolved from ``topic_id`` (None: an id kgw does not know)
         self.name = name
+        self.topic_id = topic_id
         self.partitions = partitions
         #: the whole entry; the partition array's length prefix; the end of the last partition
         self.start = start
@@ -156,9 +162,18 @@ def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceSha
         any_invalid = False
         for _ in range(n_topics):
             start = off
-            if version >= 13:
-                raise WalkError("topic ids are not walked (Produce v13 is not advertised)")
-            name, off = skip_string(frame, off, flexible)
+            topic_id = None
+            if version >= 13:  # topics by id (KIP-516): resolved to names before anything is authorized
+                end_id = off + 16
+                if end_id > len(frame):
+                    raise WalkError("buffer ends inside a topic id")
+                topic_id = UUID(bytes=bytes(frame[off:end_id]))
+                name = LEARNED.name_of(topic_id)
+                off = end_id
+            else:
+                name, off = skip_string(frame, off, flexible)
+                if name is None:
+                    raise WalkError("null topic name")
             parts_at = off
             n_parts, off = array_len(frame, off, flexible)
             if n_parts < 0:
@@ -193,7 +208,7 @@ def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceSha
                     off += 1
                 else:
                     off = skip_tagged(frame, off)
-            topics.append(TopicSpan(name, partitions, start, off, parts_at, parts_end, spans, invalid))
+            topics.append(TopicSpan(name, partitions, start, off, parts_at, parts_end, spans, invalid, topic_id))
         topics_end = off
         if flexible:
             off = skip_tagged(frame, off)
@@ -201,8 +216,6 @@ def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceSha
         raise CodecError(f"malformed Produce v{version} request: {e or 'buffer ends early'}") from e
     if off != len(frame):
         raise CodecError(f"malformed Produce v{version} request: {len(frame) - off} trailing bytes")
-    if any(t.name is None for t in topics):
-        raise CodecError(f"malformed Produce v{version} request: null topic name")
     return ProduceShape(txn, acks, timeout_ms, topics, transactional, topics_at, topics_end, any_invalid)
 
 
@@ -213,6 +226,8 @@ def _inspect(header: RequestHeader, frame: memoryview) -> RequestInfo:
     shape = walk_produce_request(header, frame)
     resources: dict[tuple[str, str], int] = {}
     for topic in shape.topics:
+        if topic.name is None:
+            continue  # an unknown topic id: answered UNKNOWN_TOPIC_ID, never authorized
         key = (ResourceKind.TOPIC, topic.name)
         resources[key] = resources.get(key, 0) + len(topic.partitions)
     if shape.transactional_id is not None:
@@ -234,8 +249,8 @@ def _error_response(version: int, topics: list[TopicSpan], error: int) -> bytes:
     cls = response_class(0, version)
     topic_cls = nested(cls, "responses")
     part_cls = nested(topic_cls, "partition_responses")
-    responses = tuple(topic_cls(name=t.name, partition_responses=tuple(_partition_entry(part_cls, p, error)
-                                                                       for p in t.partitions))
+    responses = tuple(make(topic_cls, name=t.name, topic_id=t.topic_id,
+                           partition_responses=tuple(_partition_entry(part_cls, p, error) for p in t.partitions))
                       for t in topics)
     return encode(make(cls, responses=responses, throttle_time=timedelta(0)))
 
@@ -266,15 +281,23 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
             return Decision(close="transactional produce with acks=0 denied (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
         return Decision(respond=_error_response(version, shape.topics, TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
     counts: dict[str, int] = {}
+    unknown_ids = False
     for t in shape.topics:
-        counts[t.name] = counts.get(t.name, 0) + len(t.partitions)
+        if t.name is None:
+            unknown_ids = True
+        else:
+            counts[t.name] = counts.get(t.name, 0) + len(t.partitions)
     allowed = auth.filter(ResourceType.TOPIC, AclOperation.WRITE, counts)
-    if len(allowed) == len(counts) and not shape.any_invalid:
+    if len(allowed) == len(counts) and not shape.any_invalid and not unknown_ids:
         return FORWARD
-    # (topic position, partition position) -> (error, message) for every partition kgw answers
+    # (topic position, partition position) -> (error, message) for every partition kgw answers;
+    # Kafka's order: an unknown id first, then the authorization, then the records
     local: dict[tuple[int, int], tuple[int, str | None]] = {}
     for ti, t in enumerate(shape.topics):
-        if t.name not in allowed:
+        if t.name is None:
+            for pi in range(len(t.partitions)):
+                local[(ti, pi)] = (UNKNOWN_TOPIC_ID, None)
+        elif t.name not in allowed:
             for pi in range(len(t.partitions)):
                 local[(ti, pi)] = (TOPIC_AUTHORIZATION_FAILED, None)
         elif t.invalid:
@@ -318,10 +341,12 @@ def _merged(version: int, shape: ProduceShape, local: dict, response) -> bytes:
     cls = response_class(0, version)
     topic_cls = nested(cls, "responses")
     part_cls = nested(topic_cls, "partition_responses")
-    upstream: dict[tuple[str, int], list] = {}
+    by_id = version >= 13  # responses name topics by id from v13 on
+    upstream: dict[tuple, list] = {}
     for entry in (response.responses if response is not None else ()):
+        key = entry.topic_id if by_id else entry.name
         for p in entry.partition_responses:
-            upstream.setdefault((entry.name, p.index), []).append(p)
+            upstream.setdefault((key, p.index), []).append(p)
     out = []
     for ti, t in enumerate(shape.topics):
         entries = []
@@ -330,11 +355,12 @@ def _merged(version: int, shape: ProduceShape, local: dict, response) -> bytes:
             if problem is not None:
                 entries.append(_partition_entry(part_cls, index, problem[0], problem[1]))
             else:
-                found = upstream.get((t.name, index))
+                found = upstream.get((t.topic_id if by_id else t.name, index))
                 if found:
                     entries.append(found.pop(0))
-        out.append(topic_cls(name=t.name, partition_responses=tuple(entries)))
-    extra = [topic_cls(name=name, partition_responses=tuple(ps)) for (name, _), ps in upstream.items() if ps]
+        out.append(make(topic_cls, name=t.name, topic_id=t.topic_id, partition_responses=tuple(entries)))
+    extra = [make(topic_cls, name=key, topic_id=key, partition_responses=tuple(ps))
+             for (key, _), ps in upstream.items() if ps]
     out.extend(extra)
     if response is None:
         return encode(make(cls, responses=tuple(out), throttle_time=timedelta(0)))
@@ -391,4 +417,4 @@ def _peek(header: RequestHeader, frame: memoryview) -> RequestInfo:
     return RequestInfo(expects_response=acks != 0, broker_wait_s=max(timeout_ms, 0) / 1000.0)
 
 
-SPECS = (ApiSpec(0, "Produce", _inspect, _rewrite, enforce=_enforce, peek=_peek, versions=(3, 12)),)
+SPECS = (ApiSpec(0, "Produce", _inspect, _rewrite, enforce=_enforce, peek=_peek, versions=(3, 13)),)

@@ -142,3 +142,65 @@ def test_acks_zero_naming_only_an_empty_denied_topic_forwards_nothing_of_it_and_
     decision = _enforce(a, _request(9, {"no": {}, "ok": {0: record_batch()}}, acks=0))
     assert decision.respond is None and decision.close is None
     assert [t.name for t in decode_request(0, 9, decision.request, 0).topic_data] == ["ok"]
+
+
+# -- v13: topics by id (KIP-516), resolved to names before anything is authorized ---------
+
+
+@pytest.fixture
+def learned():
+    from protocol.topic_ids import LEARNED
+
+    LEARNED.clear()
+    ids = {"ok": uuid.uuid4(), "no": uuid.uuid4()}
+    for name, topic_id in ids.items():
+        LEARNED.learn(name, topic_id)
+    yield ids
+    LEARNED.clear()
+
+
+def _request_v13(topics: dict[uuid.UUID, dict[int, bytes]]):
+    cls = request_class(0, 13)
+    tcls = nested(cls, "topic_data")
+    pcls = nested(tcls, "partition_data")
+    return cls(transactional_id=None, acks=i16(-1), timeout=timedelta(seconds=5), topic_data=tuple(
+        tcls(topic_id=tid, partition_data=tuple(pcls(index=i32(p), records=r) for p, r in parts.items()))
+        for tid, parts in topics.items()))
+
+
+def test_v13_authorizes_the_names_of_the_ids_and_answers_unknown_ids_100(learned):
+    """Before: the id's hex string was authorized as a topic name (a wildcard ACL let a
+    denied topic through, a prefixed ACL could match random ids)."""
+    a = _authorizer((RT.TOPIC, "ok", Op.WRITE))
+    ghost = uuid.uuid4()
+    good = record_batch(b"good")
+    entity = _request_v13({learned["no"]: {0: record_batch()}, learned["ok"]: {0: good}, ghost: {0: record_batch()}})
+    decision = _enforce(a, entity)
+    forwarded = decode_request(0, 13, decision.request, 0)
+    assert [(t.topic_id, [p.records for p in t.partition_data]) for t in forwarded.topic_data] == [
+        (learned["ok"], [good])]
+    cls = response_class(0, 13)
+    tcls = nested(cls, "responses")
+    pcls = nested(tcls, "partition_responses")
+    upstream = encode(make(cls, throttle_time=timedelta(0), node_endpoints=(), responses=(make(
+        tcls, topic_id=learned["ok"], partition_responses=(make(
+            pcls, index=i32(0), error_code=ErrorCode.none, base_offset=i64(7), log_append_time=None,
+            log_start_offset=i64(0), record_errors=(), error_message=None),)),)))
+    merged = decode_response(0, 13, decision.merge(upstream, 0), 0)
+    assert [(t.topic_id, [int(p.error_code) for p in t.partition_responses]) for t in merged.responses] == [
+        (learned["no"], [29]), (learned["ok"], [0]), (ghost, [100])]
+
+
+def test_v13_with_a_wildcard_allow_and_a_literal_deny_is_denied(learned):
+    a = StandardAuthorizer()
+    a.configure({})
+    a.load_snapshot({
+        uuid.uuid4(): AclBinding(ResourcePattern(RT.TOPIC, "*", PatternType.LITERAL),
+                                 AccessControlEntry("User:alice", "*", Op.WRITE, AclPermissionType.ALLOW)),
+        uuid.uuid4(): AclBinding(ResourcePattern(RT.TOPIC, "no", PatternType.LITERAL),
+                                 AccessControlEntry("User:alice", "*", Op.WRITE, AclPermissionType.DENY))})
+    a.complete_initial_load()
+    decision = _enforce(a, _request_v13({learned["no"]: {0: record_batch()}}))
+    (topic,) = decode_response(0, 13, decision.respond, 0).responses
+    assert topic.topic_id == learned["no"] and [int(p.error_code) for p in topic.partition_responses] == [29]
+    assert _enforce(a, _request_v13({learned["ok"]: {0: record_batch()}})) is FORWARD
