@@ -449,7 +449,9 @@ class ClientConnection:
         except HeaderError:
             return SLOW
         advertised = self.gw.advertised_cached
-        if advertised is None or self._upstream is None or len(self._pending) >= self._max_in_flight:
+        if advertised is None or len(self._pending) >= self._max_in_flight:
+            return SLOW
+        if self._upstream is None and header.api_key != 18:  # ApiVersions needs no upstream
             return SLOW
         if advertised is not self._routes_for:
             self._routes = {}

@@ -535,3 +535,7 @@ async def test_api_versions_is_answered_on_the_fast_path(setup, data_plane, monk
     assert (corr_md, corr_av) == (40, 41)
     assert versions.error_code == 0 and any(k.api_key == 0 for k in versions.api_keys)
     assert 18 not in slow
+    fresh = await RawClient.connect(port)  # a client's first request, before any upstream is open
+    await fresh.send(18, 3, 1, request_class(18, 3)(client_software_name="t", client_software_version="1"))
+    assert (await fresh.receive(18, 3))[0] == 1
+    assert 18 not in slow
