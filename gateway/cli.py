@@ -86,7 +86,16 @@ async def _serve(config, on_started=None) -> None:
         if on_started is not None:
             await on_started(gateway, started)
         _settle_garbage_collector()
+        # Three threads share the GIL (Trio, the data plane, the worker that inspects large
+        # requests).  A thread that wants it waits for the holder's switch interval: 1 ms
+        # instead of CPython's 5 ms keeps everyone's latency low while one huge request is
+        # processed (docs/benchmarks.md, "Hostile clients"), at no measured cost otherwise.
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         _say("ready")
+
+
+#: sys.setswitchinterval once serving (see _serve)
+GIL_SWITCH_INTERVAL_S = 0.001
 
 
 def _settle_garbage_collector() -> None:
