@@ -1,0 +1,98 @@
+"""Connection churn soak: does kgw's memory come back after many connections open and close?
+
+    .venv/bin/python bench/churn.py [--connections 100000] [--rounds 10] [--parallel 50]
+
+Starts tansu and kgw (data plane on), then in each round opens ``connections /
+rounds`` connections, ``--parallel`` at a time; each sends one Metadata request
+(forwarded, so it moves to the data plane) and closes.  After each round it
+prints kgw's RSS and open file descriptors.  Before the cycle fix each closed
+data-plane connection stayed in a reference cycle until a full collection (RSS
+65 → 144 MB over 20,000 connections in the review that found it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_gateway import HOST, rss_mb, scratch, start_kgw, start_tansu  # noqa: E402
+
+from gateway.upstream import encode_request  # noqa: E402
+from protocol.codecs import make, request_class  # noqa: E402
+
+METADATA = encode_request(3, 12, 1, make(request_class(3, 12), topics=(), allow_auto_topic_creation=False,
+                                         include_topic_authorized_operations=False))
+
+
+def one_connection(port: int) -> None:
+    with socket.create_connection((HOST, port), timeout=30) as sock:
+        sock.sendall(METADATA)
+        head = b""
+        while len(head) < 4:
+            chunk = sock.recv(4 - len(head))
+            if not chunk:
+                raise RuntimeError("kgw closed the connection")
+            head += chunk
+        (size,) = struct.unpack(">i", head)
+        got = 0
+        while got < size:
+            chunk = sock.recv(size - got)
+            if not chunk:
+                raise RuntimeError("short response")
+            got += len(chunk)
+
+
+def round_of(port: int, n: int, parallel: int) -> None:
+    remaining = [n]
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if remaining[0] == 0:
+                    return
+                remaining[0] -= 1
+            one_connection(port)
+
+    threads = [threading.Thread(target=worker) for _ in range(parallel)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--connections", type=int, default=100_000)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--parallel", type=int, default=50)
+    args = ap.parse_args(argv)
+    per_round = args.connections // args.rounds
+    with scratch("kgw-churn-") as (tmp, procs):
+        tansu, tansu_port = start_tansu(tmp)
+        procs.append(tansu)
+        kgw, port = start_kgw(tmp, tansu_port, extra_config="limits: {max_connections_per_ip: 100000}\n")
+        procs.append(kgw)
+        pid = kgw.popen.pid
+        fds = lambda: len(os.listdir(f"/proc/{pid}/fd"))  # noqa: E731
+        round_of(port, 100, 10)  # warm up
+        print(f"start: RSS {rss_mb(pid):.1f} MB, {fds()} fds", flush=True)
+        t0 = time.monotonic()
+        for r in range(1, args.rounds + 1):
+            round_of(port, per_round, args.parallel)
+            print(f"after {r * per_round:>7} connections: RSS {rss_mb(pid):.1f} MB, {fds()} fds "
+                  f"({time.monotonic() - t0:.0f}s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
