@@ -25,6 +25,7 @@ bounded by ``max_examples``.  Figures go to docs/security.md.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import random
 import resource
@@ -68,9 +69,11 @@ SKIP = {17, 36, 88}
 class Sink:
     """The upstream: answers every request with a sampled response, checks what it received."""
 
-    def __init__(self) -> None:
+    def __init__(self, checks: bool = True) -> None:
         self.port = 0
         self.frames = 0
+        #: False without an authorizer: kgw is then a plain proxy and the broker judges the bytes
+        self.checks = checks
         self.violations: list[str] = []
         self.topic_ids: dict[uuid.UUID, str] = {}  # ids this sink announced, with their names
         self.rnd = random.Random(7)
@@ -100,9 +103,11 @@ class Sink:
         try:
             request = decode_request(key, version, body, header.size)
         except Exception as e:  # noqa: BLE001 - anything undecodable is a finding
-            self.violations.append(f"api {key} v{version}: forwarded a frame the broker cannot decode: {e!r}")
+            if self.checks:
+                self.violations.append(f"api {key} v{version}: forwarded a frame the broker cannot decode: {e!r}")
             return None
-        self._check(key, version, request)
+        if self.checks:
+            self._check(key, version, request)
         if key == 0 and request.acks == 0:
             return None
         out = io.BytesIO()
@@ -206,12 +211,28 @@ def _topic_ids(entity, path: str = ""):
                 yield from _topic_ids(item, f"{path}{f.name}.")
 
 
+class _InternalErrors(logging.Handler):
+    """Keeps the connection failures kgw logs as its own bugs (not as bad input)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "connection failed" in message:
+            self.seen.append(f"{message}: {record.exc_info[1]!r}" if record.exc_info else message)
+
+
 class Harness:
     """The gateway and the sink on their own Trio run in a thread."""
 
-    def __init__(self, tmp_path) -> None:
+    def __init__(self, tmp_path, authorizer: bool = True) -> None:
         self.tmp_path = tmp_path
-        self.sink = Sink()
+        self.authorizer = authorizer
+        self.sink = Sink(checks=authorizer)
+        #: "client connection failed" and the data plane's "connection failed": kgw's own bugs
+        self.internal_errors = _InternalErrors()
         self.port = 0
         self.gateway: Gateway | None = None
         self.failure: BaseException | None = None
@@ -221,11 +242,15 @@ class Harness:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> "Harness":
+        for name in ("kgw.listener", "kgw.data_plane"):
+            logging.getLogger(name).addHandler(self.internal_errors)
         self._thread.start()
         assert self._ready.wait(30), f"gateway did not start: {self.failure!r}"
         return self
 
     def stop(self) -> None:
+        for name in ("kgw.listener", "kgw.data_plane"):
+            logging.getLogger(name).removeHandler(self.internal_errors)
         if self._token is not None and self._stop is not None:
             try:
                 self._token.run_sync_soon(self._stop.cancel)
@@ -248,7 +273,7 @@ class Harness:
             self._stop = nursery.cancel_scope
             self._token = trio.lowlevel.current_trio_token()
             await nursery.start(self.sink.serve)
-            config = parse_config({
+            raw = {
                 "listeners": [{"name": "F", "host": "127.0.0.1", "port": 0, "advertised_host": "127.0.0.1",
                                "broker_port_base": free_port_base((NODE_ID,))}],
                 "upstream": {"bootstrap_servers": [f"127.0.0.1:{self.sink.port}"], "request_timeout_ms": 2000},
@@ -256,10 +281,15 @@ class Harness:
                 "limits": {"offload_request_bytes": 4096},  # the worker-thread path is fuzzed too
                 "admin": None,
                 "metadata": {"path": str(self.tmp_path / "meta")},
-            })
-            gateway = self.gateway = Gateway(config)
+            }
+            if not self.authorizer:
+                del raw["authorizer"]
+            gateway = self.gateway = Gateway(parse_config(raw))
             started = await nursery.start(gateway.run)
             self.port = started.listeners["F"][1]
+            if not self.authorizer:
+                self._ready.set()
+                return
             results = await gateway.authorizer.create_acls(None, [
                 AclBinding(ResourcePattern(rt, "ok-", PatternType.PREFIXED),
                            AccessControlEntry("User:ANONYMOUS", "*", AclOperation.ALL, AclPermissionType.ALLOW))
@@ -366,6 +396,32 @@ def test_mutated_requests_never_reach_the_broker_unaccounted_for(harness, pair, 
     assert harness.alive(), f"gateway died: {harness.failure!r}"
     assert outcome not in ("hung", "refused"), f"api {key} v{version}: {outcome}"
     assert harness.sink.violations == [], "\n".join(harness.sink.violations)
+    assert harness.internal_errors.seen == [], "\n".join(harness.internal_errors.seen)
+
+
+@pytest.fixture(scope="module")
+def proxy_harness(tmp_path_factory):
+    h = Harness(tmp_path_factory.mktemp("fuzz-proxy"), authorizer=False).start()
+    yield h
+    h.stop()
+
+
+@settings(max_examples=int(os.environ.get("KGW_FUZZ_EXAMPLES", "600")) // 2, deadline=None,
+          suppress_health_check=list(HealthCheck), database=None)
+@given(pair=st.sampled_from(PAIRS), seed=st.integers(0, 1 << 30), ops=_OPS, version_shift=st.sampled_from([0, 0, 1, 7]))
+def test_without_an_authorizer_mutated_requests_never_crash_or_hang_the_gateway(proxy_harness, pair, seed, ops,
+                                                                                version_shift):
+    """Without an authorizer kgw is a plain proxy (the broker judges what it forwards), but no
+    request may crash it, hang a connection or run it out of memory."""
+    key, version = pair
+    frame = bytearray(encode_request(key, version, 5, sample(request_class(key, version), random.Random(seed), NAMES)))
+    if version_shift:
+        frame[6:8] = struct.pack(">h", version + version_shift)
+    body = _mutate(frame[4:], ops)
+    outcome = _exchange(proxy_harness.port, struct.pack(">i", len(body)) + body)
+    assert proxy_harness.alive(), f"gateway died: {proxy_harness.failure!r}"
+    assert outcome not in ("hung", "refused"), f"api {key} v{version}: {outcome}"
+    assert proxy_harness.internal_errors.seen == [], "\n".join(proxy_harness.internal_errors.seen)
 
 
 def test_the_fuzz_run_exercised_the_gateway_and_left_it_bounded(harness):
