@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import types
+import typing
 from functools import lru_cache
 from typing import Any
 
@@ -66,8 +68,10 @@ def _uvarint(buf, off: int) -> tuple[int, int]:
     raise LengthError("an unsigned varint longer than 5 bytes")
 
 
-def _length(buf, off: int, end: int, flexible: bool, wide: bool, what: str) -> tuple[int, int]:
-    """A string/bytes length or an array count (-1 for null), checked against what remains."""
+def _length(buf, off: int, end: int, flexible: bool, wide: bool, what: str,
+            nullable: bool = True) -> tuple[int, int]:
+    """A string/bytes length or an array count (-1 for null), checked against what remains;
+    null only where the schema allows it, and no other negative value."""
     if flexible:
         n, off = _uvarint(buf, off)
         n -= 1
@@ -79,6 +83,8 @@ def _length(buf, off: int, end: int, flexible: bool, wide: bool, what: str) -> t
         off += 2
     if n > end - off:
         raise LengthError(f"{what} of {n} claims more than the {end - off} bytes left in the request")
+    if n < 0 and (n != -1 or not nullable):
+        raise LengthError(f"{what} of {n}: " + ("a negative length" if n != -1 else "null where the schema allows none"))
     return n, off
 
 
@@ -99,10 +105,12 @@ def _tags(buf, off: int, end: int) -> int:
 
 # A plan is a tuple of steps; each step is (kind, argument):
 #   ("skip", n)            n fixed bytes
-#   ("var", wide)          a string (wide=False) or bytes/records (wide=True)
-#   ("array", (elem, n))   an array; elem is a sub-plan, or ("var", wide) / ("skip", n) for primitives;
-#                          n the fixed size of one element when it has one (skipped in one step), else None
-#   ("tagged_array", n)    an array of entities of n fixed bytes and a tagged section each
+#   ("var", (wide, nullable))    a string (wide=False) or bytes/records (wide=True)
+#   ("array", (elem, n, nullable))  an array; elem is a sub-plan, or ("var", ...) / ("skip", n) for
+#                          primitives; n the fixed size of one element when it has one (skipped in one
+#                          step), else None
+#   ("tagged_array", (n, nullable))  an array of entities of n fixed bytes and a tagged section each
+# A null (length -1) where ``nullable`` is False is malformed, as it is for Kafka's parser.
 #   ("struct", (plan, nullable))  a nested entity (nullable ones carry an int8 presence marker)
 #   ("tags", None)         the tagged-field section of a flexible entity
 
@@ -133,23 +141,24 @@ def _plan(cls: type) -> tuple[tuple[bool, tuple], int | None]:
             sub_steps = sub[1]
             if sub_fixed is None and len(sub_steps) == 2 and sub_steps[0][0] == "skip" and sub_steps[1][0] == "tags":
                 # fixed-width fields then a tagged section (e.g. Fetch partitions): one step each
-                steps.append(("tagged_array", sub_steps[0][1]))
+                steps.append(("tagged_array", (sub_steps[0][1], _nullable(f.type))))
             else:
-                steps.append(("array", (sub, sub_fixed)))
+                steps.append(("array", (sub, sub_fixed, _nullable(f.type))))
             fixed = None
         elif isinstance(shape, EntityField):
             sub, _sub_fixed = _plan(shape.type_)
-            nullable = _nullable(f)
-            steps.append(("struct", (sub, nullable)))
+            steps.append(("struct", (sub, _nullable(f.type))))
             fixed = None
         elif isinstance(shape, PrimitiveTupleField):
-            elem = ("skip", _FIXED[kind]) if kind in _FIXED else ("var", kind != "string")
-            steps.append(("array", (elem, _FIXED.get(kind))))
+            outer = _unwrap_optional(f.type)
+            inner = outer.__args__[0] if hasattr(outer, "__args__") else None
+            elem = ("skip", _FIXED[kind]) if kind in _FIXED else ("var", (kind != "string", _nullable(inner)))
+            steps.append(("array", (elem, _FIXED.get(kind), _nullable(f.type))))
             fixed = None
         elif kind in _FIXED:
             skip(_FIXED[kind])
         elif kind in _VARIABLE:
-            steps.append(("var", kind != "string"))
+            steps.append(("var", (kind != "string", _nullable(f.type))))
             fixed = None
         else:
             raise TypeError(f"{cls.__name__}.{f.name}: unknown kafka_type {kind!r}")
@@ -159,12 +168,14 @@ def _plan(cls: type) -> tuple[tuple[bool, tuple], int | None]:
     return (flexible, tuple(steps)), fixed
 
 
-def _nullable(f: dataclasses.Field) -> bool:
-    import types
-    import typing
-
-    tp = f.type
+def _nullable(tp: Any) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    if _nullable(tp):
+        return next(a for a in typing.get_args(tp) if a is not type(None))
+    return tp
 
 
 def _walk(plan: tuple[bool, tuple], buf, off: int, end: int) -> int:
@@ -173,12 +184,13 @@ def _walk(plan: tuple[bool, tuple], buf, off: int, end: int) -> int:
         if kind == "skip":
             off += arg
         elif kind == "var":
-            n, off = _length(buf, off, end, flexible, arg, "a string" if not arg else "a byte field")
+            wide, nullable = arg
+            n, off = _length(buf, off, end, flexible, wide, "a byte field" if wide else "a string", nullable)
             if n > 0:
                 off += n
         elif kind == "array":
-            elem, elem_size = arg
-            n, off = _length(buf, off, end, flexible, True, "an array count")
+            elem, elem_size, nullable = arg
+            n, off = _length(buf, off, end, flexible, True, "an array count", nullable)
             if n <= 0:
                 continue
             if elem_size is not None:
@@ -186,20 +198,22 @@ def _walk(plan: tuple[bool, tuple], buf, off: int, end: int) -> int:
                     raise LengthError(f"{n} elements of {elem_size} bytes claim more than the {end - off} left")
                 off += n * elem_size
             elif elem[0] == "var":
+                wide, elem_nullable = elem[1]
                 for _ in range(n):
-                    m, off = _length(buf, off, end, flexible, elem[1], "a string")
+                    m, off = _length(buf, off, end, flexible, wide, "a string", elem_nullable)
                     if m > 0:
                         off += m
             else:
                 for _ in range(n):
                     off = _walk(elem, buf, off, end)
         elif kind == "tagged_array":
-            n, off = _length(buf, off, end, flexible, True, "an array count")
+            size, nullable = arg
+            n, off = _length(buf, off, end, flexible, True, "an array count", nullable)
             if n > 0:
-                if n * (arg + 1) > end - off:
-                    raise LengthError(f"{n} elements of at least {arg + 1} bytes claim more than the {end - off} left")
+                if n * (size + 1) > end - off:
+                    raise LengthError(f"{n} elements of at least {size + 1} bytes claim more than the {end - off} left")
                 for _ in range(n):
-                    off += arg
+                    off += size
                     if buf[off] == 0:
                         off += 1
                     else:

@@ -62,6 +62,8 @@ def skip_string(buf, off: int, flexible: bool) -> tuple[str | None, int]:
     else:
         n, off = i16(buf, off)
     if n < 0:
+        if n != -1:  # only -1 means null, as for Kafka's parser
+            raise WalkError(f"negative string length {n}")
         return None, off
     end = off + n
     if end > len(buf):
@@ -76,6 +78,8 @@ def skip_bytes(buf, off: int, flexible: bool) -> tuple[int, int, int]:
         n -= 1
     else:
         n, off = i32(buf, off)
+    if n < -1:
+        raise WalkError(f"negative byte-field length {n}")
     if n < 0:
         return -1, -1, off
     end = off + n
