@@ -504,14 +504,13 @@ class ClientConnection:
 
     def _api_versions_body(self, version: int, advertised) -> bytes:
         """The ApiVersions answer for ``version``, built once per advertised table."""
-        cache = self.gw.api_versions_bodies
-        key = (id(advertised), version)
-        body = cache.get(key)
-        if body is None or cache.get("table") is not advertised:
-            if cache.get("table") is not advertised:
-                cache.clear()
-                cache["table"] = advertised
-            body = cache[key] = build_api_versions(version, advertised, self.gw.cluster.api_versions_response)
+        gw = self.gw
+        if gw.api_versions_for is not advertised:  # a new table: the old answers are stale
+            gw.api_versions_for, gw.api_versions_bodies = advertised, {}
+        body = gw.api_versions_bodies.get(version)
+        if body is None:
+            body = gw.api_versions_bodies[version] = build_api_versions(
+                version, advertised, gw.cluster.api_versions_response)
         return body
 
     def _route(self, api_key: int, api_version: int, advertised) -> object:

@@ -68,8 +68,9 @@ class Gateway:
         since = Gauge("kgw_upstream_unreachable_since_seconds", "Unix time of the first failed refresh in "
                       "the current outage; 0 while reachable", registry=self.metrics.registry)
         since.set_function(lambda: self.cluster.unreachable_since or 0)
-        #: encoded ApiVersions answers per version, for the current advertised table
-        self.api_versions_bodies: dict = {}
+        #: encoded ApiVersions answers per version, valid for the advertised table they were built from
+        self.api_versions_bodies: dict[int, bytes] = {}
+        self.api_versions_for = None
         #: every open client connection (drain) and whether a drain has begun
         self.connections: set = set()
         self.draining = False
