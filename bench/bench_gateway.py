@@ -498,8 +498,8 @@ def seed_acls(meta_dir: Path, total: int) -> dict:
     """
     import trio
 
-    from authz.metadata_image import MetadataImage
-    from authz.metadata_log import DirectoryMetadataStore
+    from metadata.image import MetadataImage
+    from metadata.directory import DirectoryMetadataStore
     from authz.standard_authorizer import StandardAuthorizer
 
     bindings = bench_acls(total)

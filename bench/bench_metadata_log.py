@@ -24,8 +24,8 @@ from pathlib import Path
 
 import trio
 
-from authz.metadata_log import DirectoryMetadataStore
-from authz.metadata_records import AccessControlEntryRecord
+from metadata.directory import DirectoryMetadataStore
+from metadata.records import AccessControlEntryRecord
 
 APPEND_RECORDS = 1_000
 SNAPSHOT_RECORDS = 100_000

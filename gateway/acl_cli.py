@@ -25,9 +25,10 @@ from authz.acl import (
     ResourcePatternFilter,
     ResourceType,
 )
-from authz.metadata_image import MetadataImage
-from authz.metadata_log import DirectoryMetadataStore, MetadataLogError
-from authz.metadata_shell import render
+from metadata.image import MetadataImage
+from metadata.directory import DirectoryMetadataStore
+from metadata.store import MetadataLogError
+from metadata.shell import render
 from authz.standard_authorizer import StandardAuthorizer
 
 __all__ = ["register"]

@@ -48,7 +48,7 @@ from typing import Any
 
 import trio
 
-from authz.metadata_records import ConfigRecord
+from metadata.records import ConfigRecord
 from configs.config_model import (
     AUDIT_LEVEL_CONFIG,
     LOG_LEVEL_CONFIG,

@@ -17,8 +17,8 @@ from prometheus_client import Gauge
 
 from authz.authorizer import AuthorizerServerInfo, Endpoint
 from authz.loader import load_authorizer
-from authz.metadata_image import MetadataImage
-from authz.metadata_log import DirectoryMetadataStore
+from metadata.image import MetadataImage
+from metadata.directory import DirectoryMetadataStore
 from gateway.admin_http import serve_admin
 from gateway.auth_failures import AuthFailureTracker
 from gateway.data_plane import DataPlane

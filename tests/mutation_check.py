@@ -33,14 +33,14 @@ class Mutation:
 
 
 MUTATIONS = (
-    Mutation("metadata log: no fsync of appended batches", "authz/metadata_log.py",
+    Mutation("metadata log: no fsync of appended batches", "metadata/directory.py",
              "    _write_all(files, fd, data)\n    files.fsync(fd)", "    _write_all(files, fd, data)",
-             ("tests/unit/authz/test_power_loss.py",)),
-    Mutation("metadata log: no directory fsync when a segment is rolled", "authz/metadata_log.py",
+             ("tests/unit/metadata/test_power_loss.py",)),
+    Mutation("metadata log: no directory fsync when a segment is rolled", "metadata/directory.py",
              "        try:\n            files.fsync_dir(self._path)\n        except BaseException:",
              "        try:\n            pass\n        except BaseException:",
-             ("tests/unit/authz/test_power_loss.py",)),
-    Mutation("metadata image: SCRAM records not kept", "authz/metadata_image.py",
+             ("tests/unit/metadata/test_power_loss.py",)),
+    Mutation("metadata image: SCRAM records not kept", "metadata/image.py",
              "            self.scram[(record.name, record.mechanism)] = record", "            pass",
              ("tests/unit/protocol/test_scram_api.py",)),
     Mutation("produce: the whole request forwarded when any topic is allowed", "protocol/apis/produce.py",

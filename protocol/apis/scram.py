@@ -62,7 +62,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
 from authz.acl import AclOperation
-from authz.metadata_records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
+from metadata.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 from configs.gateway_config import SaslMechanism, ScramCredential
 from gateway.sasl import CredentialStore
 from protocol.apis.base import ApiSpec, RequestInfo

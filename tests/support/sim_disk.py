@@ -1,6 +1,6 @@
 """A simulated disk for the metadata log's file seam: only what was fsynced survives power loss.
 
-:class:`SimDisk` implements :class:`authz.log_files.OsFiles` in memory with the
+:class:`SimDisk` implements :class:`metadata.files.OsFiles` in memory with the
 guarantees POSIX gives and nothing more:
 
 * file contents become durable at ``fsync(fd)`` of that file;

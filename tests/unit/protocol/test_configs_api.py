@@ -19,7 +19,7 @@ from authz.acl import (
     ResourcePattern,
     ResourceType,
 )
-from authz.metadata_records import ConfigRecord
+from metadata.records import ConfigRecord
 from configs.config_model import ConfigSource, ConfigType
 from configs.gateway_config import parse_config
 from configs.policies import PolicyViolation, load_policies

@@ -4,7 +4,7 @@ The handlers run against a real metadata log (DirectoryMetadataStore in a
 temporary directory) and a real SaslSession, so the tests show the whole
 path: Alter → durable UserScramCredentialRecord → the very next SCRAM login.
 
-Every test runs the production :class:`~authz.metadata_image.MetadataImage`, whose SCRAM
+Every test runs the production :class:`~metadata.image.MetadataImage`, whose SCRAM
 table the records are applied to.
 """
 
@@ -18,9 +18,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from authz.authorizer import AuthorizableRequestContext, AuthorizationResult
-from authz.metadata_image import MetadataImage
-from authz.metadata_log import DirectoryMetadataStore
-from authz.metadata_records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
+from metadata.image import MetadataImage
+from metadata.directory import DirectoryMetadataStore
+from metadata.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 from authz.principal import KafkaPrincipal
 from authz.principal_builder import DefaultKafkaPrincipalBuilder, PlaintextAuthenticationContext
 from configs.gateway_config import SaslMechanism, ScramCredential, UsersConfig

@@ -1,4 +1,4 @@
-"""Tests for authz.metadata_log (the directory store) and authz.metadata_shell."""
+"""Tests for metadata.directory (the directory store) and metadata.shell."""
 
 from __future__ import annotations
 
@@ -22,24 +22,18 @@ from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_batch
 from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
-import authz.metadata_log as metadata_log
-from authz.metadata_log import (
-    DirectoryMetadataStore,
-    LoadedState,
-    MetadataLogCorruptError,
-    MetadataStoreBrokenError,
-    MetadataStoreLockedError,
-    decode_batch,
-    scan_batches,
-)
-from authz.metadata_records import (
+import metadata.directory as metadata_log
+from metadata.directory import DirectoryMetadataStore, scan_batches
+from metadata.store import LoadedState, MetadataLogCorruptError, MetadataStoreBrokenError, MetadataStoreLockedError
+from metadata.record_batch import decode_batch
+from metadata.records import (
     AccessControlEntryRecord,
     ConfigRecord,
     RemoveAccessControlEntryRecord,
     decode_record,
     encode_record,
 )
-from authz.metadata_shell import dump_state, kafka_uuid_str, render
+from metadata.shell import dump_state, kafka_uuid_str, render
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SEGMENT0 = "00000000000000000000.log"
@@ -147,7 +141,7 @@ async def test_torn_tail_is_truncated_at_every_byte_of_the_last_batch(
         directory.mkdir()
         (directory / SEGMENT0).write_bytes(data[:cut])
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="kgw.authz.metadata_log"):
+        with caplog.at_level(logging.WARNING, logger="kgw.metadata.log"):
             store, state = await open_store(directory)
         assert state.log_records == tuple(written[:4]), cut
         torn = cut - last_batch_start
@@ -173,7 +167,7 @@ async def test_corrupt_last_batch_is_truncated(
     position = {"crc": start + 17, "records": len(data) - 5, "magic": start + 16, "length": start + 8}
     data[position[where]] ^= 0x40
     segment.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="kgw.authz.metadata_log"):
+    with caplog.at_level(logging.WARNING, logger="kgw.metadata.log"):
         state = await reload(tmp_path)
     assert state.log_records == tuple(written[:2])
     assert f"at file position {start} (log offset 2)" in caplog.text
@@ -185,7 +179,7 @@ async def test_garbage_after_the_last_batch_is_cut(tmp_path: Path, caplog: pytes
     written = await write_batches(tmp_path, [2])
     with (tmp_path / SEGMENT0).open("ab") as f:
         f.write(b"\x00" * 100)
-    with caplog.at_level(logging.WARNING, logger="kgw.authz.metadata_log"):
+    with caplog.at_level(logging.WARNING, logger="kgw.metadata.log"):
         state = await reload(tmp_path)
     assert state.log_records == tuple(written)
     assert "cut 100 byte(s)" in caplog.text
@@ -282,7 +276,7 @@ async def test_corrupt_snapshot_falls_back_to_previous_snapshot_and_log(
     data = bytearray(newest.read_bytes())
     data[80] ^= 0x01
     newest.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="kgw.authz.metadata_log"):
+    with caplog.at_level(logging.WARNING, logger="kgw.metadata.log"):
         state = await reload(tmp_path)
     assert "falling back to the previous snapshot" in caplog.text
     assert state.snapshot_records == (acl(0), acl(1))
@@ -417,8 +411,8 @@ async def test_write_failure_breaks_the_store(tmp_path: Path, monkeypatch: pytes
 CHILD = textwrap.dedent(
     """
     import sys, uuid, trio
-    from authz.metadata_log import DirectoryMetadataStore
-    from authz.metadata_records import AccessControlEntryRecord
+    from metadata.directory import DirectoryMetadataStore
+    from metadata.records import AccessControlEntryRecord
 
     async def worker(store, w):
         for i in range(1_000_000):

@@ -2,7 +2,7 @@
 
 SIGKILL keeps the page cache, so it cannot show a missing fsync; this test can.
 The directory store runs on :class:`tests.support.sim_disk.SimDisk` (through its
-file seam, :mod:`authz.log_files`), which keeps only fsynced file contents and
+file seam, :mod:`metadata.files`), which keeps only fsynced file contents and
 directory entries.  A workload of ACL creations and deletions, dynamic config
 changes and SCRAM credential changes, with snapshots (which roll the log and
 delete old segments and snapshots), is cut by a power loss before its 1st, 2nd,
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-import authz.metadata_log as metadata_log
-from authz.metadata_log import DirectoryMetadataStore
-from authz.metadata_records import (
+import metadata.directory as metadata_log
+from metadata.directory import DirectoryMetadataStore
+from metadata.records import (
     AccessControlEntryRecord,
     ConfigRecord,
     RemoveAccessControlEntryRecord,

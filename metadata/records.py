@@ -7,7 +7,7 @@ kgw keeps ACLs, dynamic configs and SCRAM credentials in a metadata log that use
 the same record format as a KRaft ``__cluster_metadata`` partition, so the bytes
 can be read by Kafka tooling and so a later backend can share state through a real
 Kafka topic.  This module is the sans-IO codec for the individual records; framing
-them into record batches and files is :mod:`authz.metadata_log`'s job.
+them into record batches and files is :mod:`metadata.directory`'s job.
 
 Every record is *framed* the way ``AbstractApiMessageSerde`` frames it::
 

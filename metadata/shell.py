@@ -16,7 +16,7 @@ view for its own store, for debugging and support bundles:
   enum name (``broker_logger``, ``client_metrics``, ``group``); an empty resource
   name (the cluster default) appears as ``<default>``.
 
-The state is produced by replaying :class:`~authz.metadata_log.LoadedState` in
+The state is produced by replaying :class:`~metadata.store.LoadedState` in
 order: snapshot records, then log records.  An ``AccessControlEntryRecord`` adds
 ``/acl/id/<uuid>``, a ``RemoveAccessControlEntryRecord`` removes it, a
 ``ConfigRecord`` with a value sets the key and one with ``value=None`` deletes it.
@@ -38,8 +38,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
-from authz.metadata_log import LoadedState
-from authz.metadata_records import (
+from metadata.store import LoadedState
+from metadata.records import (
     AccessControlEntryRecord,
     ConfigRecord,
     MetadataRecord,

@@ -1,7 +1,7 @@
 """The file operations the metadata log performs, behind one seam.
 
 :class:`OsFiles` is the real thing (``os`` calls on file descriptors and paths).
-The directory store (:mod:`authz.metadata_log`) does every open, write, fsync,
+The directory store (:mod:`metadata.directory`) does every open, write, fsync,
 rename, unlink and directory listing through an instance of it, so a test can put
 a simulated disk in its place, one that keeps only what was fsynced (file contents
 and directory entries) and can lose power at any operation.

@@ -1,4 +1,4 @@
-"""Codec tests for authz.metadata_records: hand-checked bytes, round-trips, errors."""
+"""Codec tests for metadata.records: hand-checked bytes, round-trips, errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from authz.metadata_records import (
+from metadata.records import (
     AccessControlEntryRecord,
     ConfigRecord,
     MetadataRecordError,

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The metadata log (:mod:`authz.metadata_log`) is the truth; this module keeps
+The metadata log (:mod:`metadata.directory`) is the truth; this module keeps
 what it says in memory and pushes ACL changes to the authorizer, the way
 Kafka's ``AclPublisher`` does:
 
@@ -37,8 +37,8 @@ from authz.acl import (
     ResourcePattern,
     ResourceType,
 )
-from authz.metadata_log import MetadataStore
-from authz.metadata_records import (
+from metadata.store import MetadataStore
+from metadata.records import (
     AccessControlEntryRecord,
     ConfigRecord,
     RemoveAccessControlEntryRecord,

@@ -1,0 +1,251 @@
+"""kgw's metadata log: the store ACLs, dynamic configs and SCRAM credentials live in.
+
+Theory of operation
+===================
+
+State is a *log* of metadata records (:mod:`metadata.records`) plus periodic
+*snapshots*, exactly as in KRaft (KIP-500/KIP-631/KIP-801).  Offsets start at 0 and
+increase by one per record.  The full state at offset ``N`` is "replay every record
+``<= N`` in order"; a snapshot with *end offset* ``E`` is a compacted replay of the
+records ``< E``, so the state is "snapshot, then log records ``>= E``".
+
+:class:`MetadataStore` is the interface the gateway programs against.  It is written
+so a backend on a Kafka topic (several gateways sharing state) can implement it too:
+``load()`` returns snapshot + tail, ``append()`` returns once records are durable and
+ordered, ``subscribe()`` delivers every committed batch in offset order - including
+the caller's own - so the owner can apply changes from one place in log order
+(``AclPublisher`` in Kafka does the same: a DENY then ALLOW must never be seen
+reversed).
+
+:class:`DirectoryMetadataStore` is the embedded default on local disk::
+
+    <dir>/.lock                                  fcntl.flock'ed by the single writer
+    <dir>/00000000000000000000.log               segment: record batches, base offset 0
+    <dir>/00000000000000001234.log               segment rolled at a snapshot
+    <dir>/00000000000000001234-0000000000.checkpoint   snapshot, end offset 1234, epoch 0
+
+Both kinds of file hold Kafka record batches, magic v2, CRC32C, uncompressed, no
+producer id (like KRaft's metadata batches); each record has a null key and the
+framed metadata record as value.  A snapshot is framed like KRaft's: a control batch
+with a SnapshotHeaderRecord, data batches, and a control batch with a
+SnapshotFooterRecord; a missing footer marks it incomplete.
+
+Durability and group commit
+---------------------------
+``append()`` encodes its records into one batch (base offset patched later - it is
+outside the CRC), queues it, and takes the write lock.  Whoever holds the lock writes
+*all* queued batches with one ``write`` and one ``fsync`` in a worker thread, then
+releases every caller whose batch was in that write.  Callers therefore return only
+after their data is on stable storage, and a burst of N concurrent appends costs
+about one fsync instead of N.  The flush is shielded from cancellation: once bytes
+may be on disk the in-memory offsets must follow.  An ``OSError`` while writing puts
+the store in the BROKEN state (after a failed fsync the page cache cannot be
+trusted); every later call raises :class:`MetadataStoreBrokenError` and a restart
+recovers from disk.  The outcome of the failed append itself is unknown.
+
+Recovery
+--------
+At ``load()`` every retained segment is scanned batch by batch: length, magic, CRC,
+base offset continuity, record framing.  A problem in the *last* segment is a torn
+or corrupt tail: the file is truncated to the last good batch and fsynced, with a
+WARNING naming the bytes cut, the file position and the log offset.  Only
+unacknowledged bytes can be torn (acknowledged ones were fsynced), so nothing
+acknowledged is lost.  A problem in an earlier, sealed segment is real corruption and
+raises :class:`MetadataLogCorruptError` instead of silently dropping data.
+
+Snapshots are tried newest first; one that fails validation is renamed
+``*.checkpoint.corrupt`` with a WARNING and the previous snapshot plus the log after it
+is used.  That fallback always works because the log is retained back to the
+*previous* snapshot: writing snapshot ``k`` deletes snapshots older than ``k-1`` and
+segments that end at or before snapshot ``k-1``.
+
+Snapshots are written to ``*.checkpoint.part``, fsynced, renamed, and the directory
+fsynced; a new segment is rolled at the same time so old segments can be deleted
+whole.  New files (segments, snapshots, the lock) are followed by a directory fsync.
+
+This module holds the interface; :mod:`metadata.directory` the local backend,
+:mod:`metadata.record_batch` and :mod:`metadata.snapshots` the file formats.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import trio
+
+from metadata.records import MetadataRecord
+
+
+logger = logging.getLogger("kgw.metadata.log")
+
+
+# ---------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------
+
+
+class MetadataLogError(Exception):
+    """Base class for metadata-store failures."""
+
+
+class MetadataStoreLockedError(MetadataLogError):
+    """Another process holds the directory's lock file (only one writer may open it)."""
+
+
+class MetadataLogCorruptError(MetadataLogError):
+    """Acknowledged data is damaged or missing; the store refuses to guess."""
+
+
+class MetadataStoreBrokenError(MetadataLogError):
+    """A write or fsync failed earlier; restart to recover from what is on disk."""
+
+
+class MetadataStoreClosedError(MetadataLogError):
+    """The store was used before ``load()`` or after ``aclose()``."""
+
+
+class SubscriberLaggedError(MetadataLogError):
+    """A subscriber fell more than its buffer behind; it must reload and resubscribe."""
+
+
+
+
+# ---------------------------------------------------------------------------
+# The store interface
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedState:
+    """What ``load()`` found: the newest usable snapshot and every record after it.
+
+    Apply ``snapshot_records`` atomically as a whole, then ``log_records`` in order;
+    ``log_records[i]`` has offset ``log_start_offset + i``.
+    """
+
+    snapshot_records: tuple[MetadataRecord, ...]
+    log_start_offset: int
+    """End offset of the snapshot (0 without one): the offset of ``log_records[0]``."""
+    log_records: tuple[MetadataRecord, ...]
+    last_offset: int
+    """Offset of the last record in the state, -1 for an empty store."""
+
+    def records(self) -> Iterator[MetadataRecord]:
+        """Snapshot records then log records: the replay order."""
+        yield from self.snapshot_records
+        yield from self.log_records
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedBatch:
+    """Records made durable by one ``append()`` (ours or, for shared backends, a peer's)."""
+
+    base_offset: int
+    records: tuple[MetadataRecord, ...]
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + len(self.records) - 1
+
+
+class Subscription:
+    """An async iterator of :class:`CommittedBatch` in offset order.
+
+    Iteration ends when the store closes.  A subscriber that falls more than its
+    buffer behind gets :class:`SubscriberLaggedError` (and nothing after it) rather
+    than holding the writer up or growing memory without bound.
+    """
+
+    def __init__(self, max_buffered_batches: int) -> None:
+        self._send, self._receive = trio.open_memory_channel[CommittedBatch](max_buffered_batches)
+        self.lagged = False
+
+    def _offer(self, batch: CommittedBatch) -> bool:
+        """Deliver without blocking; False once this subscription is finished."""
+        try:
+            self._send.send_nowait(batch)
+        except trio.WouldBlock:
+            self.lagged = True
+            self._send.close()
+            return False
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False
+        return True
+
+    def _finish(self) -> None:
+        self._send.close()
+
+    def close(self) -> None:
+        """Stop receiving; the store drops this subscription on its next delivery."""
+        self._receive.close()
+
+    def __aiter__(self) -> AsyncIterator[CommittedBatch]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[CommittedBatch]:
+        async for batch in self._receive:
+            yield batch
+        if self.lagged:
+            raise SubscriberLaggedError(
+                "subscriber fell behind the metadata log; reload the state and resubscribe"
+            )
+
+
+class MetadataStore(abc.ABC):
+    """A durable, totally ordered log of metadata records with snapshots.
+
+    Contract (every backend):
+
+    * ``load()`` is called once, first.  It returns the newest snapshot and every
+      record after it.  Other methods raise :class:`MetadataStoreClosedError` before.
+    * ``append(records)`` gives the records consecutive offsets, returns the offset of
+      the last one, and returns only when they are durable (local: fsynced; a Kafka
+      backend: acknowledged by the cluster).  Records of one call are never split
+      or interleaved with another call's.
+    * ``subscribe()`` delivers each committed batch once, in offset order, from the
+      first append after the call - the caller's own appends included.
+    * ``snapshot(records, through_offset=...)`` stores ``records`` as the full state
+      as of ``through_offset`` (default: the last committed offset).  Pass
+      ``through_offset`` when the owner's state may lag the log, or the snapshot
+      would claim records the owner has not applied yet.
+    * ``records_since_snapshot`` hints when a snapshot is worthwhile.
+    * ``aclose()`` is idempotent; in-flight appends finish first.
+    """
+
+    @abc.abstractmethod
+    async def load(self) -> LoadedState: ...
+
+    @abc.abstractmethod
+    async def append(self, records: Sequence[MetadataRecord]) -> int: ...
+
+    @abc.abstractmethod
+    async def snapshot(
+        self, records: Iterable[MetadataRecord], *, through_offset: int | None = None
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def subscribe(self, *, max_buffered_batches: int = 1024) -> Subscription: ...
+
+    @property
+    @abc.abstractmethod
+    def last_offset(self) -> int:
+        """Offset of the last committed record, -1 when empty."""
+
+    @property
+    @abc.abstractmethod
+    def records_since_snapshot(self) -> int:
+        """Committed records after the newest snapshot."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...
+
+    async def __aenter__(self) -> MetadataStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
