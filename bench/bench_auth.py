@@ -50,18 +50,11 @@ sys.path.insert(0, str(ROOT))
 import trio  # noqa: E402
 
 from authz.principal_builder import DefaultKafkaPrincipalBuilder, PlaintextAuthenticationContext  # noqa: E402
-from configs.gateway_config import (  # noqa: E402
-    ClientAuth,
-    ListenerConfig,
-    ListenerSaslConfig,
-    ListenerTlsConfig,
-    PlainCredential,
-    SaslMechanism,
-    SecurityProtocol,
-    UsersConfig,
-)
+from configs.gateway_config import ClientAuth, ListenerConfig, ListenerSaslConfig, ListenerTlsConfig, SecurityProtocol, UsersConfig
+from authz.credentials import PlainCredential, SaslMechanism
 from gateway.auth_failures import AuthenticationFailed  # noqa: E402
-from gateway.sasl import CredentialStore, SaslSession, scram_credential  # noqa: E402
+from authz.credentials import CredentialStore, scram_credential
+from gateway.sasl import SaslSession
 from gateway.tls import server_ssl_context, tls_handshake  # noqa: E402
 from protocol.codecs import encode, request_class  # noqa: E402
 

@@ -46,7 +46,7 @@ _RESOURCES = {
 def _data_dir(args) -> Path:
     if args.data_dir:
         return Path(args.data_dir)
-    from configs.gateway_config import load_config
+    from configs.yaml_reader import load_config
 
     return Path(load_config(args.config).metadata.path)
 

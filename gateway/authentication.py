@@ -38,7 +38,7 @@ from authz.principal_builder import (
 )
 from gateway.auth_failures import AuthenticationFailed, AuthFailureTracker
 from gateway.sasl import SaslSession
-from protocol.apis.scram import MetadataCredentialStore
+from metadata.scram_credentials import MetadataCredentialStore
 from gateway.tls import peer_certificate, server_ssl_context, tls_handshake
 
 if TYPE_CHECKING:

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import trio
 
-from configs.gateway_config import ConfigError, load_config, parse_config
+from configs.gateway_config import ConfigError
+from configs.yaml_reader import load_config, parse_config
 from gateway.logs import configure_logging
 
 __all__ = ["main"]
@@ -212,7 +213,7 @@ def cmd_hash_password(args) -> int:
 
     import yaml
 
-    from configs.gateway_config import PlainCredential, SaslMechanism, ScramCredential
+    from authz.credentials import PlainCredential, SaslMechanism, ScramCredential
 
     if sys.stdin.isatty():
         password = getpass.getpass(f"password for {args.user}: ")

@@ -89,18 +89,17 @@ from kio.static.primitive import i64Timedelta
 
 from authz.principal import KafkaPrincipal
 from authz.principal_builder import AuthenticationContext, KafkaPrincipalBuilder, SaslAuthenticationContext
-from configs.gateway_config import SCRAM_MIN_ITERATIONS, PlainCredential, SaslMechanism, ScramCredential
+from authz.credentials import SCRAM_MIN_ITERATIONS, PlainCredential, SaslMechanism, ScramCredential
 from protocol.codecs import response_class
+from authz.credentials import CredentialStore
 
 __all__ = [
-    "CredentialStore",
     "PlainServer",
     "SaslFailure",
     "SaslSession",
     "SaslState",
     "SaslStateError",
     "ScramServer",
-    "scram_credential",
     "SASL_HANDSHAKE",
     "SASL_AUTHENTICATE",
 ]
@@ -130,43 +129,7 @@ class SaslStateError(Exception):
     """A request arrived that the SASL state does not allow; close without a response."""
 
 
-def scram_credential(name: str, password: str, mechanism: str | SaslMechanism, **kwargs: Any) -> ScramCredential:
-    """A ScramCredential for ``password`` (tests, tools); see ``ScramCredential.from_password``."""
-    return ScramCredential.from_password(name, password, SaslMechanism(mechanism), **kwargs)
-
-
 # --------------------------------------------------------------------------- credentials
-
-
-class CredentialStore:
-    """The users of a ``UsersConfig`` indexed for lookup: PLAIN by name, SCRAM by (name, mechanism).
-
-    Build it once per configuration (:meth:`of` caches the last few) and share
-    it between connections.
-    """
-
-    __slots__ = ("plain", "scram")
-    _cache: dict[int, tuple[Any, CredentialStore]] = {}
-
-    def __init__(self, users: Any) -> None:
-        self.plain: Mapping[str, PlainCredential] = {u.name: u for u in getattr(users, "plain", ()) or ()}
-        self.scram: Mapping[tuple[str, str], ScramCredential] = {
-            (u.name, str(u.mechanism)): u for u in getattr(users, "scram", ()) or ()
-        }
-
-    @classmethod
-    def of(cls, users: Any) -> CredentialStore:
-        """``users`` itself if it is a store, else the (cached) store of a ``UsersConfig``."""
-        if isinstance(users, CredentialStore):
-            return users
-        hit = cls._cache.get(id(users))
-        if hit is not None and hit[0] is users:
-            return hit[1]
-        store = cls(users)
-        if len(cls._cache) >= 8:
-            cls._cache.clear()
-        cls._cache[id(users)] = (users, store)
-        return store
 
 
 # --------------------------------------------------------------------------- PLAIN

@@ -12,7 +12,8 @@ upstream.  There are two sources of SCRAM credentials:
   ``RemoveUserScramCredentialRecord`` (KRaft's records, api keys 11 and 22),
   applied to ``MetadataImage.scram`` (``{(name, mechanism code): record}``).
 
-:class:`MetadataCredentialStore` is the :class:`~gateway.sasl.CredentialStore`
+:class:`~metadata.scram_credentials.MetadataCredentialStore` is the
+:class:`~authz.credentials.CredentialStore`
 a SASL listener uses: PLAIN users from the YAML, SCRAM lookups in the YAML
 first and then in the image, read on every login, so a credential altered
 over the wire is usable by the very next SaslAuthenticate (and a deleted one
@@ -49,11 +50,9 @@ With no authorizer configured every check passes (as on a broker without
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -63,117 +62,28 @@ from kio.static.primitive import i8, i32
 
 from authz.acl import AclOperation
 from metadata.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
-from configs.gateway_config import SaslMechanism, ScramCredential
-from gateway.sasl import CredentialStore
+from authz.credentials import ScramCredential
 from protocol.apis.base import ApiSpec, RequestInfo
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
 from protocol.codecs import encode, make, nested, response_class
 from protocol.headers import RequestHeader
+from authz.credentials import scram_keys
+from metadata.scram_credentials import MECHANISM_CODES, MECHANISM_CODE_OF, image_scram
 
 __all__ = [
     "SPECS",
     "LOCAL_KEYS",
     "MECHANISM_CODES",
-    "MetadataCredentialStore",
-    "ScramCredentialView",
-    "credential_from_record",
-    "upsertion_keys",
 ]
 
 log = logging.getLogger("kgw.scram")
 
 DESCRIBE_KEY, ALTER_KEY = 50, 51
-#: Kafka ScramMechanism type codes (0 is UNKNOWN)
-MECHANISM_CODES: Mapping[int, SaslMechanism] = {1: SaslMechanism.SCRAM_SHA_256, 2: SaslMechanism.SCRAM_SHA_512}
-_CODE_OF = {str(m): c for c, m in MECHANISM_CODES.items()}
 MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384  # Kafka ScramMechanism min/maxIterations (both mechanisms)
 
 _CLUSTER_DENIED = "Cluster authorization failed."
 _TWICE = "A user credential cannot be altered twice in the same request"
-
-
-# --------------------------------------------------------------------------- credentials
-
-
-def credential_from_record(record: UserScramCredentialRecord) -> ScramCredential:
-    return ScramCredential(name=record.name, mechanism=MECHANISM_CODES[record.mechanism], salt=bytes(record.salt),
-                           iterations=record.iterations, stored_key=bytes(record.stored_key),
-                           server_key=bytes(record.server_key))
-
-
-def _image_scram(image: Any) -> Mapping[tuple[str, int], UserScramCredentialRecord]:
-    return getattr(image, "scram", None) or {}
-
-
-class ScramCredentialView(Mapping):
-    """``(name, mechanism text) -> ScramCredential``: YAML credentials, then the image's.
-
-    What :class:`~gateway.sasl.ScramServer` looks credentials up in.  The image
-    is fetched through ``image_source`` on every lookup (it is created after the
-    listeners, and its table changes with every AlterUserScramCredentials).
-    """
-
-    __slots__ = ("static", "_image_source", "_cache")
-
-    def __init__(self, static: Mapping[tuple[str, str], ScramCredential], image_source: Callable[[], Any]) -> None:
-        self.static = static
-        self._image_source = image_source
-        # record object -> its ScramCredential (records are immutable; a new record is a new object)
-        self._cache: weakref.WeakKeyDictionary | dict = {}
-
-    def _dynamic(self) -> Mapping[tuple[str, int], UserScramCredentialRecord]:
-        return _image_scram(self._image_source())
-
-    def __getitem__(self, key: tuple[str, str]) -> ScramCredential:
-        hit = self.static.get(key)
-        if hit is not None:
-            return hit
-        name, mechanism = key
-        code = _CODE_OF.get(str(mechanism))
-        record = None if code is None else self._dynamic().get((name, code))
-        if record is None:
-            raise KeyError(key)
-        cached = self._cache.get(id(record))
-        if cached is not None and cached[0] is record:
-            return cached[1]
-        credential = credential_from_record(record)
-        if len(self._cache) > 4096:
-            self._cache.clear()
-        self._cache[id(record)] = (record, credential)
-        return credential
-
-    def __iter__(self) -> Iterator[tuple[str, str]]:
-        yield from self.static
-        for name, code in list(self._dynamic()):
-            key = (name, str(MECHANISM_CODES.get(code, code)))
-            if key not in self.static and code in MECHANISM_CODES:
-                yield key
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __contains__(self, key: object) -> bool:
-        try:
-            self[key]  # type: ignore[index]
-        except (KeyError, TypeError, ValueError):
-            return False
-        return True
-
-
-class MetadataCredentialStore(CredentialStore):
-    """The listener's credential store: PLAIN and SCRAM from the YAML, plus SCRAM from the metadata image.
-
-    ``MetadataCredentialStore(gateway.config.users, lambda: gateway.image)``.
-    """
-
-    __slots__ = ("static_scram",)
-
-    def __init__(self, users: Any, image_source: Callable[[], Any]) -> None:  # noqa: D107 (no super().__init__)
-        base = CredentialStore.of(users)
-        self.plain = base.plain
-        self.static_scram = base.scram
-        self.scram = ScramCredentialView(base.scram, image_source)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -188,18 +98,10 @@ def _all_credentials(gw: Any) -> dict[str, dict[int, int]]:
     """user -> {mechanism code: iterations}, YAML and image merged."""
     out: dict[str, dict[int, int]] = {}
     for (name, mechanism), cred in _static_scram(gw).items():
-        out.setdefault(name, {})[_CODE_OF[mechanism]] = cred.iterations
-    for (name, code), record in _image_scram(getattr(gw, "image", None)).items():
+        out.setdefault(name, {})[MECHANISM_CODE_OF[mechanism]] = cred.iterations
+    for (name, code), record in image_scram(getattr(gw, "image", None)).items():
         out.setdefault(name, {}).setdefault(code, record.iterations)
     return out
-
-
-def upsertion_keys(mechanism: SaslMechanism, salted_password: bytes) -> tuple[bytes, bytes]:
-    """(StoredKey, ServerKey) for a salted password (RFC 5802 §3)."""
-    digest = mechanism.hash_name
-    assert digest is not None
-    client_key = hmac.digest(salted_password, b"Client Key", digest)
-    return hashlib.new(digest, client_key).digest(), hmac.digest(salted_password, b"Server Key", digest)
 
 
 _alter_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -301,7 +203,7 @@ async def _alter(gw: Any, auth: AuthHelper, header: RequestHeader, info: Request
     async with _alter_lock(gw):
         image = getattr(gw, "image", None)
         static = _static_scram(gw)
-        dynamic = _image_scram(image)
+        dynamic = image_scram(image)
         records: list[Any] = []
         for name, d in deletions.items():
             error = _validate_name_and_mechanism(name, d.mechanism) or _read_only(static, name, d.mechanism)
@@ -320,7 +222,7 @@ async def _alter(gw: Any, auth: AuthHelper, header: RequestHeader, info: Request
             if error is not None:
                 errors[name] = error
                 continue
-            stored_key, server_key = upsertion_keys(MECHANISM_CODES[u.mechanism], bytes(u.salted_password))
+            stored_key, server_key = scram_keys(MECHANISM_CODES[u.mechanism], bytes(u.salted_password))
             records.append(UserScramCredentialRecord(name=name, mechanism=u.mechanism, salt=bytes(u.salt),
                                                      stored_key=stored_key, server_key=server_key,
                                                      iterations=u.iterations))

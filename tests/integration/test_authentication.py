@@ -51,7 +51,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
-from configs.gateway_config import PlainCredential, SaslMechanism, ScramCredential
+from authz.credentials import PlainCredential, SaslMechanism, ScramCredential
 from gateway.upstream import encode_request
 from protocol.codecs import decode_response, request_class
 from tests.support.cluster import TANSU_NODE_ID, base_gateway_config, launch_gateway

@@ -25,7 +25,7 @@ from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_new_batch
 from kio.static.primitive import i8, i16, i32, i64
 
-from configs.gateway_config import PlainCredential
+from authz.credentials import PlainCredential
 from gateway.upstream import encode_request
 from protocol.codecs import make, nested, request_class
 from tests.support.acls import seed_acls

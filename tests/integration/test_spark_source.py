@@ -35,7 +35,7 @@ pytest.importorskip("pandas")
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from configs.gateway_config import SaslMechanism, ScramCredential  # noqa: E402
+from authz.credentials import SaslMechanism, ScramCredential
 from tests.support.cluster import TANSU_NODE_ID, gateway_env  # noqa: E402
 from tests.support.ports import HOST, free_port, free_port_base  # noqa: E402
 

@@ -17,7 +17,8 @@ from configs.config_model import (
     gateway_config_defs,
     leaf_paths,
 )
-from configs.gateway_config import GatewayConfig, parse_config
+from configs.gateway_config import GatewayConfig
+from configs.yaml_reader import parse_config
 from configs.policies import (
     DeclarativePolicy,
     PolicyLoadError,

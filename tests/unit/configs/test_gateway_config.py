@@ -8,19 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from configs.gateway_config import (
-    Address,
-    AdminConfig,
-    ClientAuth,
-    ConfigError,
-    GatewayConfig,
-    PlainCredential,
-    SaslMechanism,
-    ScramCredential,
-    SecurityProtocol,
-    load_config,
-    parse_config,
-)
+from configs.gateway_config import Address, AdminConfig, ClientAuth, ConfigError, GatewayConfig, SecurityProtocol
+from authz.credentials import PlainCredential, SaslMechanism, ScramCredential
+from configs.yaml_reader import load_config, parse_config
 
 EXAMPLES = Path(__file__).parents[3] / "configs" / "examples"
 TLS = {"cert_file": "gw.pem", "key_file": "gw-key.pem"}

@@ -8,7 +8,8 @@ import sys
 import pytest
 import yaml
 
-from configs.gateway_config import SaslMechanism, ScramCredential, parse_config
+from authz.credentials import SaslMechanism, ScramCredential
+from configs.yaml_reader import parse_config
 
 
 def _kgw(*args: str, stdin: str = "") -> subprocess.CompletedProcess:

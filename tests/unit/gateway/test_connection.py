@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.produce.v8 import request as produce8
 from kio.static.primitive import i16, i32
 
-from configs.gateway_config import parse_config
+from configs.yaml_reader import parse_config
 from gateway.server import Gateway
 from gateway.upstream import encode_request
 from protocol.codecs import decode_response, request_class

@@ -47,7 +47,7 @@ from kio.static.primitive import i16, i32
 
 from authz.acl import AccessControlEntry, AclBinding, AclOperation, AclPermissionType, PatternType, ResourcePattern
 from authz.acl import ResourceType
-from configs.gateway_config import parse_config
+from configs.yaml_reader import parse_config
 from gateway.server import Gateway
 from gateway.upstream import encode_request
 from protocol.apis.api_versions import KIO_VERSIONS

@@ -21,24 +21,11 @@ from authz.principal_builder import (
     SaslAuthenticationContext,
     SslAuthenticationContext,
 )
-from configs.gateway_config import (
-    ListenerConfig,
-    ListenerSaslConfig,
-    PlainCredential,
-    SaslMechanism,
-    SecurityProtocol,
-    UsersConfig,
-)
+from configs.gateway_config import ListenerConfig, ListenerSaslConfig, SecurityProtocol, UsersConfig
+from authz.credentials import PlainCredential, SaslMechanism
 from gateway.auth_failures import AuthFailureTracker
-from gateway.sasl import (
-    PlainServer,
-    SaslFailure,
-    SaslSession,
-    SaslState,
-    SaslStateError,
-    ScramServer,
-    scram_credential,
-)
+from gateway.sasl import PlainServer, SaslFailure, SaslSession, SaslState, SaslStateError, ScramServer
+from authz.credentials import scram_credential
 from protocol.codecs import decode_response, encode, request_class
 
 SHA256, SHA512 = SaslMechanism.SCRAM_SHA_256, SaslMechanism.SCRAM_SHA_512

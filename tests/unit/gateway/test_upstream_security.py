@@ -19,18 +19,8 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from authz.principal_builder import DefaultKafkaPrincipalBuilder, PlaintextAuthenticationContext
-from configs.gateway_config import (
-    ClientAuth,
-    ListenerTlsConfig,
-    PlainCredential,
-    SaslMechanism,
-    ScramCredential,
-    SecurityProtocol,
-    UpstreamConfig,
-    UpstreamSaslConfig,
-    UpstreamTlsConfig,
-    UsersConfig,
-)
+from configs.gateway_config import ClientAuth, ListenerTlsConfig, SecurityProtocol, UpstreamConfig, UpstreamSaslConfig, UpstreamTlsConfig, UsersConfig
+from authz.credentials import PlainCredential, SaslMechanism, ScramCredential
 from gateway.sasl import SaslSession
 from gateway.tls import server_ssl_context
 from gateway.upstream_security import ScramClient, UpstreamSecurityError, _Wire, wrap_upstream

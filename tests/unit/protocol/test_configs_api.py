@@ -21,7 +21,7 @@ from authz.acl import (
 )
 from metadata.records import ConfigRecord
 from configs.config_model import ConfigSource, ConfigType
-from configs.gateway_config import parse_config
+from configs.yaml_reader import parse_config
 from configs.policies import PolicyViolation, load_policies
 from gateway.dynamic_config import INSTANCE_SCOPE, DynamicConfigManager, manager_for
 from gateway.server import Gateway

@@ -23,9 +23,11 @@ from metadata.directory import DirectoryMetadataStore
 from metadata.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 from authz.principal import KafkaPrincipal
 from authz.principal_builder import DefaultKafkaPrincipalBuilder, PlaintextAuthenticationContext
-from configs.gateway_config import SaslMechanism, ScramCredential, UsersConfig
+from authz.credentials import SaslMechanism, ScramCredential
+from configs.gateway_config import UsersConfig
 from gateway.sasl import SaslSession
 from gateway.upstream_security import ScramClient
+from metadata.scram_credentials import MetadataCredentialStore
 from protocol.apis import scram
 from protocol.apis.base import RequestInfo
 from protocol.auth_helper import AuthHelper
@@ -112,7 +114,7 @@ async def describe(gw, names, auth=None):
 
 def login(gw, user: str, password: str, mechanism: str = "SCRAM-SHA-256") -> KafkaPrincipal | None:
     """A full SCRAM exchange against kgw's SaslSession over the listener's credential store."""
-    store = scram.MetadataCredentialStore(gw.config.users, lambda: gw.image)
+    store = MetadataCredentialStore(gw.config.users, lambda: gw.image)
     listener = SimpleNamespace(name="SASL", sasl=SimpleNamespace(mechanisms=("SCRAM-SHA-256", "SCRAM-SHA-512")))
     session = SaslSession(listener, store, DefaultKafkaPrincipalBuilder(), PlaintextAuthenticationContext(
         client_address="127.0.0.1", listener_name="SASL", security_protocol="SASL_PLAINTEXT"))
@@ -275,7 +277,7 @@ async def test_describe_needs_cluster_describe(gw) -> None:
 
 
 async def test_credential_store_view(gw) -> None:
-    store = scram.MetadataCredentialStore(gw.config.users, lambda: gw.image)
+    store = MetadataCredentialStore(gw.config.users, lambda: gw.image)
     assert ("admin", "SCRAM-SHA-256") in store.scram and ("carol", "SCRAM-SHA-256") not in store.scram
     await alter(gw, upsertions=[upsertion("carol", "p", 2)])
     assert set(store.scram) == {("admin", "SCRAM-SHA-256"), ("carol", "SCRAM-SHA-512")}
@@ -283,7 +285,7 @@ async def test_credential_store_view(gw) -> None:
     assert store.scram[("carol", "SCRAM-SHA-512")] is store.scram[("carol", "SCRAM-SHA-512")]  # cached
     assert store.scram.get(("carol", "PLAIN")) is None
     # before the image exists (listeners are built before it): YAML only, no error
-    early = scram.MetadataCredentialStore(gw.config.users, lambda: None)
+    early = MetadataCredentialStore(gw.config.users, lambda: None)
     assert list(early.scram) == [("admin", "SCRAM-SHA-256")]
 
 
