@@ -39,6 +39,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
+from authz.principal import parse_principal
+from configs.gateway_config import AUDIT_LEVELS, LOG_FORMATS, LOG_LEVELS
+
 __all__ = [
     "AUDIT_LEVEL_CONFIG",
     "ALLOW_EVERYONE_CONFIG",
@@ -245,8 +248,6 @@ def _choice(*choices: str) -> Validator:
 
 
 def _principal_list(items: list[str]) -> list[str]:
-    from authz.principal import parse_principal
-
     for item in items:
         parse_principal(item)  # ValueError with the reason
     return items
@@ -457,8 +458,6 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
         "[set]" if users.scram or users.plain else None)
 
     # -- logging
-    from configs.gateway_config import AUDIT_LEVELS, LOG_FORMATS, LOG_LEVELS
-
     add(ConfigDef(AUDIT_LEVEL_CONFIG, ConfigType.STRING,
                   "Level of the authorization audit logger kgw.authorizer (DEBUG shows allowed actions, INFO "
                   "denials, OFF nothing); dynamic.", "INFO", read_only=False, validator=_choice(*AUDIT_LEVELS),
@@ -618,3 +617,25 @@ class BrokerConfigModel:
             raise InvalidConfig(
                 f"Cannot update config '{name}': it is read-only (set it in kgw's YAML file and restart)")
         return d
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    """One change of an AlterConfigs / IncrementalAlterConfigs resource."""
+
+    name: str
+    op: AlterConfigOp
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterResult:
+    """The outcome of altering one config resource: an error code and message."""
+
+    error_code: int = 0
+    message: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code == 0
+

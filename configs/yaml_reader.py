@@ -47,6 +47,7 @@ from typing import Any
 
 import yaml
 from authz.credentials import PlainCredential, SCRAM_MIN_ITERATIONS, SaslMechanism, ScramCredential, PBKDF2_HASHES
+from configs.policies import PolicyLoadError, parse_rules
 from configs.gateway_config import AUDIT_LEVELS, Address, AdminConfig, AlterConfigsPolicyConfig, AuditConfig, AuthorizerConfig, ClientAuth, ConfigError, GatewayConfig, IoConfig, LOG_FORMATS, LOG_LEVELS, LimitsConfig, ListenerConfig, ListenerSaslConfig, ListenerTlsConfig, LoggingConfig, MetadataConfig, SecurityProtocol, UpstreamConfig, UpstreamSaslConfig, UpstreamTlsConfig, UsersConfig, WILDCARD_HOSTS
 
 
@@ -504,8 +505,6 @@ def _authorizer(ctx: _Ctx, r: _Reader) -> AuthorizerConfig:
 
 
 def _policy_rules(ctx: _Ctx, path: str, v: Any) -> Mapping[str, Any]:
-    from configs.policies import PolicyLoadError, parse_rules
-
     try:
         parse_rules(v, path)
     except PolicyLoadError as e:

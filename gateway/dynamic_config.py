@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -66,8 +65,9 @@ from configs.policies import RequestMetadata, load_policies, run_policies
 from authz.acl import MAX_RECORD_STRING_BYTES, AclOperation, PatternType, ResourcePattern, ResourceType
 from authz.authorizer import Action, AuthorizationResult
 from protocol.errors import INVALID_CONFIG, INVALID_REQUEST, POLICY_VIOLATION
+from configs.config_model import AlterResult, ConfigChange
 
-__all__ = ["AlterResult", "ConfigChange", "DynamicConfigManager", "INSTANCE_SCOPE", "manager_for"]
+__all__ = ["DynamicConfigManager", "INSTANCE_SCOPE"]
 
 log = logging.getLogger("kgw.dynamic_config")
 AUDIT_LOGGER = "kgw.authorizer"
@@ -79,23 +79,6 @@ _TRACE = 5
 #: Kafka (log4j) level names <-> Python levels
 _LOG4J_TO_PY = {"OFF": _OFF, "FATAL": logging.CRITICAL, "ERROR": logging.ERROR, "WARN": logging.WARNING,
                 "INFO": logging.INFO, "DEBUG": logging.DEBUG, "TRACE": _TRACE, "ALL": 1}
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigChange:
-    name: str
-    op: AlterConfigOp
-    value: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class AlterResult:
-    error_code: int = 0
-    message: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error_code == 0
 
 
 OK = AlterResult()
@@ -113,15 +96,6 @@ def _log4j_name(level: int) -> str:
         if level >= value:
             return name
     return "ALL"
-
-
-def manager_for(gateway: Any) -> "DynamicConfigManager":
-    """The gateway's manager (``gateway.dynamic_configs``), created on first use."""
-    manager = getattr(gateway, "dynamic_configs", None)
-    if manager is None:
-        manager = DynamicConfigManager(gateway)
-        gateway.dynamic_configs = manager
-    return manager
 
 
 class DynamicConfigManager:

@@ -28,6 +28,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.upstream import UpstreamCluster
 from protocol.apis.api_versions import VersionRange, advertised_versions
 from protocol.apis.registry import LOCAL_KEYS, REGISTRY
+from authz.credentials import CredentialStore
 
 __all__ = ["Gateway", "StartedGateway"]
 
@@ -76,6 +77,20 @@ class Gateway:
         self.draining = False
         #: open client connections per client host, over all listeners (limits.max_connections_per_ip)
         self.connections_per_host: dict[str, int] = {}
+
+    # -- protocol.services.LocalServices: what local answers (ACL, config, SCRAM APIs) use
+
+    @property
+    def broker_configs(self) -> DynamicConfigManager:
+        return self.dynamic_configs
+
+    @property
+    def upstream_versions(self):
+        return self.cluster.versions
+
+    @property
+    def static_scram(self):
+        return CredentialStore.of(self.config.users).scram
 
     @staticmethod
     def _make_authorizer(config):

@@ -41,6 +41,7 @@ from protocol.auth_helper import AuthHelper
 from protocol.codecs import encode, make, nested, response_class
 from protocol.errors import CLUSTER_AUTHORIZATION_FAILED, SECURITY_DISABLED
 from protocol.headers import RequestHeader
+from protocol.services import LocalServices
 
 __all__ = ["SPECS", "LOCAL_KEYS"]
 
@@ -77,7 +78,7 @@ def _err(code: int) -> ErrorCode:
 # --------------------------------------------------------------------------- DescribeAcls
 
 
-async def _describe(gw, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
+async def _describe(gw: LocalServices, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
     request = info.decoded
     binding_filter = _binding_filter(request)
     cls = response_class(29, header.api_version)
@@ -107,7 +108,7 @@ async def _describe(gw, auth: AuthHelper, header: RequestHeader, info: RequestIn
 # --------------------------------------------------------------------------- CreateAcls
 
 
-async def _create(gw, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
+async def _create(gw: LocalServices, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
     creations = info.decoded.creations
     bindings = []
     for c in creations:
@@ -134,7 +135,7 @@ async def _create(gw, auth: AuthHelper, header: RequestHeader, info: RequestInfo
 # --------------------------------------------------------------------------- DeleteAcls
 
 
-async def _delete(gw, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
+async def _delete(gw: LocalServices, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
     filters = [_binding_filter(f) for f in info.decoded.filters]
     cls = response_class(31, header.api_version)
     result_cls = nested(cls, "filter_results")

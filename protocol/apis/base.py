@@ -21,8 +21,8 @@ keyed by API key.  A spec is sans-IO:
 * ``versions`` is the (min, max) range all of the above were written for: the
   registry refuses a spec without one, and ApiVersions never advertises a version
   outside it (fail closed when kio or the broker learn a newer version).
-* ``answer(gateway, auth, header, info)`` (``answered_locally`` APIs, async)
-  builds the whole response body in kgw, or returns a :class:`Decision` to
+* ``answer(services, auth, header, info)`` (``answered_locally`` APIs, async)
+  builds the whole response body in kgw from :class:`~protocol.services.LocalServices`, or returns a :class:`Decision` to
   forward part of the request (e.g. config APIs: BROKER resources answered by
   kgw, TOPIC resources forwarded and merged back).
 """
@@ -30,10 +30,13 @@ keyed by API key.  A spec is sans-IO:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
 from protocol.headers import RequestHeader
 from protocol.resources import TouchedResources
+
+if TYPE_CHECKING:
+    from protocol.services import LocalServices
 
 __all__ = ["ApiSpec", "Decision", "FORWARD", "RefuseRequest", "NodeMap", "RequestInfo", "RequestInspector", "ResponseRewriter"]
 
@@ -83,7 +86,7 @@ class RefuseRequest(Exception):
     """Raised by an enforcer or local answer: close the connection without a response,
     as a broker does for a request it cannot parse (e.g. an UNKNOWN code in an ACL request)."""
 Enforcer = Callable[[Any, RequestHeader, memoryview, RequestInfo], Decision]
-LocalAnswer = Callable[[Any, Any, RequestHeader, RequestInfo], Awaitable["bytes | Decision"]]
+LocalAnswer = Callable[["LocalServices", Any, RequestHeader, RequestInfo], Awaitable["bytes | Decision"]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ A request names config resources; kgw splits it by resource type:
 
 * **BROKER** resources (named by a node id kgw advertises, or ``""`` for the
   cluster-wide defaults) are *kgw itself*: described from and altered in
-  :class:`gateway.dynamic_config.DynamicConfigManager` (KIP-133 semantics,
+  ``LocalServices.broker_configs`` (:mod:`protocol.services`) (KIP-133 semantics,
   dynamic keys applied live and kept in the metadata log).
   **BROKER_LOGGER** resources are kgw's Python loggers (IncrementalAlterConfigs
   only, as in Kafka; not persisted).
@@ -46,9 +46,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from authz.acl import CLUSTER_NAME, AclOperation, ResourceType
-from configs.config_model import AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType
+from configs.config_model import AlterConfigOp, AlterResult, ConfigChange, ConfigEntry, ConfigResource, ConfigResourceType
 from configs.policies import RequestMetadata, run_policies
-from gateway.dynamic_config import AlterResult, ConfigChange, manager_for
 from protocol.apis.base import ApiSpec, Decision, RequestInfo
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
@@ -63,6 +62,7 @@ from protocol.errors import (
     UNSUPPORTED_VERSION,
 )
 from protocol.headers import RequestHeader
+from protocol.services import LocalServices
 
 __all__ = ["SPECS", "LOCAL_KEYS"]
 
@@ -88,9 +88,9 @@ def _authorize(auth: AuthHelper, rtype: ConfigResourceType, name: str, op: AclOp
     return 0 if auth.allowed(ResourceType.CLUSTER, CLUSTER_NAME, op) else CLUSTER_AUTHORIZATION_FAILED
 
 
-def _upstream_gap(gw: Any, api_key: int, version: int) -> str | None:
+def _upstream_gap(gw: LocalServices, api_key: int, version: int) -> str | None:
     """Why the upstream cannot take this request, or None if it can."""
-    versions = getattr(getattr(gw, "cluster", None), "versions", None)
+    versions = gw.upstream_versions
     if versions is None:
         return None  # unknown: forward, the connection's deadline guards against a hang
     name = _API_NAMES[api_key]
@@ -123,7 +123,7 @@ def _merge_in_order(total: int, local: dict[int, Any], forwarded: list[int], ups
     return tuple(by_index[i] for i in range(total))
 
 
-def _answer_rest_upstream(gw: Any, api_key: int, version: int, request, local: dict[int, Any],
+def _answer_rest_upstream(gw: LocalServices, api_key: int, version: int, request, local: dict[int, Any],
                           forwarded: list[int], result, response, field: str):
     """The answer to a config request whose ``local`` results kgw made itself: the whole
     response when nothing is left to forward (or the upstream cannot take it: those
@@ -167,7 +167,7 @@ class _Missing:
 # --------------------------------------------------------------------------- DescribeConfigs
 
 
-async def _describe(gw, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes | Decision:
+async def _describe(gw: LocalServices, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes | Decision:
     request = info.decoded
     version = header.api_version
     cls = response_class(DESCRIBE_CONFIGS, version)
@@ -195,7 +195,7 @@ async def _describe(gw, auth: AuthHelper, header: RequestHeader, info: RequestIn
         message = f"Unexpected resource type {unknown.resource_type} for resource {unknown.resource_name}"
         return response(result(r, INVALID_REQUEST, message) for r in resources)
 
-    manager = manager_for(gw)
+    manager = gw.broker_configs
     await manager.ensure_loaded()
     include_synonyms = bool(getattr(request, "include_synonyms", False))
     include_documentation = bool(getattr(request, "include_documentation", False))
@@ -247,7 +247,7 @@ def _changes(r, incremental: bool) -> list[ConfigChange]:
 def _alter_api(api_key: int):
     incremental = api_key == INCREMENTAL_ALTER_CONFIGS
 
-    async def answer(gw, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes | Decision:
+    async def answer(gw: LocalServices, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes | Decision:
         request = info.decoded
         version = header.api_version
         cls = response_class(api_key, version)
@@ -263,7 +263,7 @@ def _alter_api(api_key: int):
         def response(results, throttle=timedelta(0)) -> bytes:
             return encode(make(cls, throttle_time=throttle, responses=tuple(results)))
 
-        manager = manager_for(gw)
+        manager = gw.broker_configs
         await manager.ensure_loaded()
         counts = Counter((int(r.resource_type), r.resource_name) for r in resources)
         local: dict[int, Any] = {}

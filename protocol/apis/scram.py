@@ -68,6 +68,7 @@ from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
 from protocol.codecs import encode, make, nested, response_class
 from protocol.headers import RequestHeader
+from protocol.services import LocalServices
 from authz.credentials import scram_keys
 from metadata.scram_credentials import MECHANISM_CODES, MECHANISM_CODE_OF, image_scram
 
@@ -89,17 +90,16 @@ _TWICE = "A user credential cannot be altered twice in the same request"
 # --------------------------------------------------------------------------- helpers
 
 
-def _static_scram(gw: Any) -> Mapping[tuple[str, str], ScramCredential]:
-    users = getattr(getattr(gw, "config", None), "users", None)
-    return {(u.name, str(u.mechanism)): u for u in (getattr(users, "scram", ()) or ())}
+def _static_scram(gw: LocalServices) -> Mapping[tuple[str, str], ScramCredential]:
+    return gw.static_scram
 
 
-def _all_credentials(gw: Any) -> dict[str, dict[int, int]]:
+def _all_credentials(gw: LocalServices) -> dict[str, dict[int, int]]:
     """user -> {mechanism code: iterations}, YAML and image merged."""
     out: dict[str, dict[int, int]] = {}
     for (name, mechanism), cred in _static_scram(gw).items():
         out.setdefault(name, {})[MECHANISM_CODE_OF[mechanism]] = cred.iterations
-    for (name, code), record in image_scram(getattr(gw, "image", None)).items():
+    for (name, code), record in image_scram(gw.image).items():
         out.setdefault(name, {}).setdefault(code, record.iterations)
     return out
 
@@ -107,7 +107,7 @@ def _all_credentials(gw: Any) -> dict[str, dict[int, int]]:
 _alter_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _alter_lock(gw: Any) -> trio.Lock:
+def _alter_lock(gw: LocalServices) -> trio.Lock:
     try:
         lock = _alter_locks.get(gw)
         if lock is None:
@@ -120,7 +120,7 @@ def _alter_lock(gw: Any) -> trio.Lock:
 # --------------------------------------------------------------------------- DescribeUserScramCredentials
 
 
-async def _describe(gw: Any, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
+async def _describe(gw: LocalServices, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
     request = info.decoded
     cls = response_class(DESCRIBE_KEY, header.api_version)
     result_cls = nested(cls, "results")
@@ -164,7 +164,7 @@ async def _describe(gw: Any, auth: AuthHelper, header: RequestHeader, info: Requ
 # --------------------------------------------------------------------------- AlterUserScramCredentials
 
 
-async def _alter(gw: Any, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
+async def _alter(gw: LocalServices, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes:
     request = info.decoded
     cls = response_class(ALTER_KEY, header.api_version)
     result_cls = nested(cls, "results")
@@ -201,7 +201,7 @@ async def _alter(gw: Any, auth: AuthHelper, header: RequestHeader, info: Request
             upsertions[u.name] = u
 
     async with _alter_lock(gw):
-        image = getattr(gw, "image", None)
+        image = gw.image
         static = _static_scram(gw)
         dynamic = image_scram(image)
         records: list[Any] = []

@@ -23,7 +23,7 @@ from metadata.records import ConfigRecord
 from configs.config_model import ConfigSource, ConfigType
 from configs.yaml_reader import parse_config
 from configs.policies import PolicyViolation, load_policies
-from gateway.dynamic_config import INSTANCE_SCOPE, DynamicConfigManager, manager_for
+from gateway.dynamic_config import INSTANCE_SCOPE, DynamicConfigManager
 from gateway.server import Gateway
 from protocol.codecs import nested, request_class
 from tests.support.ports import free_port_base
@@ -99,7 +99,7 @@ class Env:
         gw._test_stopped = stopped  # set once the gateway has shut down (its metadata store closed)
         if acls:
             await gw.authorizer.create_acls(None, list(acls))
-        await manager_for(gw).ensure_loaded()  # a no-op once the server calls load() at start-up
+        await gw.dynamic_configs.ensure_loaded()  # a no-op once the server calls load() at start-up
         return gw, started.listeners["T"][1]
 
 
@@ -515,6 +515,6 @@ async def test_stored_override_invalid_for_this_config_is_ignored(env):
     await gw.image.append([ConfigRecord(resource_type=BROKER, resource_name=INSTANCE_SCOPE,
                                         name="listener.name.gone.max.connections", value="5"),
                            ConfigRecord(resource_type=BROKER, resource_name="", name="log.level", value="LOUD")])
-    entries = {e.name: e for e in manager_for(gw).describe(str(NODE_ID))}
+    entries = {e.name: e for e in gw.dynamic_configs.describe(str(NODE_ID))}
     assert "listener.name.gone.max.connections" not in entries
     assert entries["log.level"].value == "INFO"

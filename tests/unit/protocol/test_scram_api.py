@@ -33,6 +33,7 @@ from protocol.apis.base import RequestInfo
 from protocol.auth_helper import AuthHelper
 from protocol.codecs import decode_response, encode, request_class
 from protocol.headers import RequestHeader
+from authz.credentials import CredentialStore
 
 SHA256, SHA512 = SaslMechanism.SCRAM_SHA_256, SaslMechanism.SCRAM_SHA_512
 YAML_USERS = UsersConfig(scram=(ScramCredential.from_password("admin", "admin-secret", SHA256, iterations=8192),))
@@ -65,7 +66,8 @@ async def gw(tmp_path):
     store = DirectoryMetadataStore(tmp_path / "meta")
     image = MetadataImage(store, None)
     await image.load()
-    yield SimpleNamespace(config=SimpleNamespace(users=YAML_USERS), image=image, authorizer=None, path=tmp_path / "meta")
+    yield SimpleNamespace(config=SimpleNamespace(users=YAML_USERS), image=image, authorizer=None, path=tmp_path / "meta",
+                          static_scram=CredentialStore.of(YAML_USERS).scram)
     await store.aclose()
 
 
@@ -159,7 +161,7 @@ async def test_records_survive_a_restart(gw, tmp_path) -> None:
     await image.load()
     try:
         assert set(image.scram) == {("erin", 2)}
-        reloaded = SimpleNamespace(config=gw.config, image=image)
+        reloaded = SimpleNamespace(config=gw.config, image=image, static_scram=gw.static_scram)
         assert str(login(reloaded, "erin", "pw", "SCRAM-SHA-512")) == "User:erin"
         assert login(reloaded, "frank", "pw") is None
         kinds = [type(r).__name__ for r in image.loaded_state.records()]
