@@ -25,7 +25,7 @@ connection.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -41,8 +41,6 @@ from gateway.sasl import SaslSession
 from metadata.scram_credentials import MetadataCredentialStore
 from gateway.tls import peer_certificate, server_ssl_context, tls_handshake
 
-if TYPE_CHECKING:
-    from gateway.listeners import Listener
 
 __all__ = ["ConnectionAuth", "ListenerSecurity", "AuthenticationFailed"]
 
@@ -65,7 +63,7 @@ class ConnectionAuth:
 
 
 class ListenerSecurity:
-    def __init__(self, listener: "Listener", users: Any, failures: AuthFailureTracker) -> None:
+    def __init__(self, listener: Any, users: Any, failures: AuthFailureTracker) -> None:
         cfg = listener.config
         protocol = str(cfg.security_protocol)
         self.listener_name = cfg.name

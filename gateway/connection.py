@@ -27,8 +27,8 @@ meanwhile, and ``_flush``/``_send_upstream`` leave the I/O to it) and closes the
 sockets when the lane ends.  Slot deadlines use ``time.monotonic()`` because
 that thread cannot read Trio's clock.
 
-Ordering: every request that expects a response gets a :class:`_Slot` appended
-to ``_pending`` in arrival order, whether kgw answers it or the upstream does.
+Ordering: every request that expects a response gets a :class:`Slot` appended
+to ``pending`` in arrival order, whether kgw answers it or the upstream does.
 :meth:`_flush` sends completed slots from the head only, so responses leave in
 request order even when a locally answered request overtakes upstream ones.
 Only one task sends to the client at a time (``_sending``); a second caller
@@ -43,38 +43,29 @@ as a Fetch max wait); past it the client connection is closed, never left hangin
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import math
 import socket
 import struct
 import time
-from collections import deque
-from typing import TYPE_CHECKING
 
 from datetime import timedelta
 
 import trio
 from kio.schema.errors import ErrorCode
 
-from authz.authorizer import AuthorizableRequestContext, AuthorizerNotReadyError
 from authz.principal import ANONYMOUS
-from protocol.apis.api_versions import build_response as build_api_versions
-from protocol.apis.base import FORWARD, ApiSpec, Decision, RefuseRequest, RequestInfo
-from protocol.auth_helper import AuthHelper
+from protocol.apis.base import ApiSpec, Decision, RefuseRequest, RequestInfo
 from protocol.apis.registry import REGISTRY
 from protocol.codecs import CodecError, decode_request, encode, make, response_class
-from protocol.framing import NEED_DATA, FrameDecoder, FrameError
-from protocol.headers import HeaderError, RequestHeader, parse_request_header, read_uvarint, response_header
+from protocol.framing import NEED_DATA, FrameDecoder
+from protocol.headers import HeaderError, RequestHeader, parse_request_header
 from gateway.authentication import AuthenticationFailed
 from gateway.data_plane import Lane
 from gateway.fast_io import FastStream, fast_stream
-from gateway.logs import fields
 from gateway.sasl import SaslStateError
 from gateway.upstream import UpstreamUnavailable, open_upstream
-
-if TYPE_CHECKING:
-    from gateway.listeners import Listener
+from gateway.connection_core import CloseConnection, ConnectionCore, SLOW, Slot, SASL_KEYS, next_request
 
 __all__ = ["ClientConnection", "CloseConnection", "SLOW"]
 
@@ -103,12 +94,6 @@ async def _receive(stream: trio.SocketStream, decoder: FrameDecoder) -> bytes | 
     return data
 
 
-_SASL_KEYS = frozenset({17, 36})
-
-#: :meth:`ClientConnection.dispatch_sync`: this request needs the async path
-SLOW = object()
-#: a route's inspector slot for ApiVersions: answered in dispatch_sync from the cached table
-_API_VERSIONS = object()
 
 
 def _trio_deadline(monotonic_deadline: float) -> float:
@@ -126,84 +111,15 @@ def _not_a_sasl_listener(header: RequestHeader):
                 mechanisms=(), auth_bytes=b"", session_lifetime=timedelta(0))
 
 
-class CloseConnection(Exception):
-    """Ends this client connection; the message says why."""
+class ClientConnection(ConnectionCore):
+    """The Trio driver of one client connection (see the module doc)."""
 
-    def __init__(self, reason: str, metric: str = "protocol") -> None:
-        super().__init__(reason)
-        self.metric = metric
-
-
-def next_request(decoder: FrameDecoder) -> memoryview | object:
-    """The next whole request frame from the client, or NEED_DATA; a bad frame closes."""
-    try:
-        return decoder.next_frame()
-    except FrameError as e:
-        raise CloseConnection(str(e), "frame") from None
-
-
-class _Slot:
-    __slots__ = ("header", "spec", "data", "sent_at", "deadline", "merge", "large")
-
-    def __init__(self, header: RequestHeader, spec: ApiSpec) -> None:
-        self.header = header
-        self.spec = spec
-        self.merge = None
-        #: the request was large: its merge (proportional to the request) runs on a worker thread
-        self.large = False
-        self.data: bytes | memoryview | None = None
-        self.sent_at = 0.0
-        self.deadline = math.inf
-
-
-class ClientConnection:
-    def __init__(self, listener: "Listener", stream: trio.SocketStream, peer: tuple[str, int], node_id: int | None):
-        self.listener = listener
-        self.gw = listener.gateway
-        self.stream = stream
-        self.peer = peer
-        self.node_id = node_id  # None: the bootstrap port
-        self.client_id: str | None = None
-        self.client_address = ipaddress.ip_address(peer[0])
-        self.principal = ANONYMOUS  # replaced by authentication on TLS/SASL listeners
-        self.auth = None  # ConnectionAuth, set when the connection starts
-        self._pending: deque[_Slot] = deque()
-        self._queued: list[memoryview] = []
-        self._enforce_state: dict = {}  # per-connection state of API enforcements (Fetch sessions)
-        self._no_authorizer = AuthHelper(None, None, self._enforce_state)
-        self._routes: dict[int, object] = {}  # dispatch_sync's per-(api, version) lookups ...
-        self._routes_for = None  # ... valid for this advertised-versions table
-        self._in_flight: deque[_Slot] = deque()  # forwarded, awaiting the upstream
+    def __init__(self, listener, stream: trio.SocketStream, peer: tuple[str, int], node_id: int | None):
+        super().__init__(listener, stream, peer, node_id)
         self._sending = False
         self._space = trio.Event()
-        self._upstream: trio.SocketStream | None = None
         self._upstream_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
-        self._max_in_flight = self.gw.config.limits.max_in_flight_per_connection
-        self._request_timeout_s = self.gw.config.upstream.request_timeout_ms / 1000.0
-        self._metrics = self.gw.metrics
-        self._listener_name = listener.name
-        self._handoff = False  # the upstream is open and both sockets are plain TCP: go to the data plane
-        self._lane: Lane | None = None  # set while the data plane serves this connection
-        self._lane_upstream: list = []  # frames the slow path queued for the upstream while on the data plane
-        #: on the data plane: request counters incremented once the request went upstream (its
-        #: response is read in a later event, so it is counted before the client can see it)
-        self._deferred: list | None = None
-        limits = self.gw.config.limits
-        self._limits = limits
-        self._decoder: FrameDecoder | None = None
-        #: time.monotonic() of the last bytes read from the client (idle timeout), and the
-        #: moment authentication must be complete by
-        self._last_read = time.monotonic()
-        self._auth_deadline = self._last_read + limits.authentication_timeout_ms / 1000.0
-        self._idle_s = limits.connections_max_idle_ms / 1000.0
-        self._offload_request = limits.offload_request_bytes
-        self._offload_produce = max(limits.offload_produce_bytes, limits.offload_request_bytes)
-        self._offload_response = limits.offload_response_bytes
-        #: a large upstream response taken off the decoder, to be completed on a worker thread
-        self.heavy: tuple | None = None
-        #: a drain began (gateway stopping): read no new request, answer what is in flight, close
-        self.draining = False
         self._read_scope: trio.CancelScope | None = None
         self._answered: trio.Event | None = None  # set by _flush while draining
 
@@ -217,10 +133,10 @@ class ClientConnection:
         except AuthenticationFailed:
             return  # logged and counted by the listener's security
         except trio.TooSlowError:
-            self._metrics.errors.labels(self._listener_name, "-", "authentication_timeout").inc()
+            self.metrics.errors.labels(self.listener_name, "-", "authentication_timeout").inc()
             log.info("closing client connection: TLS handshake not finished within %d ms "
                      "(limits.authentication_timeout_ms)", self._limits.authentication_timeout_ms,
-                     extra=self._fields())
+                     extra=self.log_fields())
             return
         if self.auth.principal is not None:
             self.principal = self.auth.principal
@@ -236,10 +152,10 @@ class ClientConnection:
                 await self._half_close()
         except* CloseConnection as group:
             for e in group.exceptions:
-                self._metrics.errors.labels(self._listener_name, "-", e.metric).inc()
-                log.info("closing client connection: %s", e, extra=self._fields())
+                self.metrics.errors.labels(self.listener_name, "-", e.metric).inc()
+                log.info("closing client connection: %s", e, extra=self.log_fields())
         except* (trio.BrokenResourceError, trio.ClosedResourceError):
-            log.debug("client connection broken", extra=self._fields())
+            log.debug("client connection broken", extra=self.log_fields())
         finally:
             if self._upstream is not None:
                 await trio.aclose_forcefully(self._upstream)
@@ -297,7 +213,7 @@ class ClientConnection:
                     raise trio.BrokenResourceError("client connection broken")
                 if kind == "eof" and message[1]:
                     log.info("client closed the connection in the middle of a request (%d bytes buffered)",
-                             message[1], extra=self._fields())
+                             message[1], extra=self.log_fields())
                 return
         finally:
             if not released and dp.running:
@@ -316,56 +232,12 @@ class ClientConnection:
             if message[0] not in ("slow", "heavy"):
                 return
 
-    def _fields(self, header: RequestHeader | None = None) -> dict:
-        return fields(
-            listener=self._listener_name,
-            client=f"{self.peer[0]}:{self.peer[1]}",
-            client_id=self.client_id,
-            correlation_id=header.correlation_id if header else None,
-            api=REGISTRY[header.api_key].name if header and header.api_key in REGISTRY else None,
-        )
 
     # ----------------------------------------------------------- client side
-    @property
-    def authenticated(self) -> bool:
-        session = self.auth.session
-        return session is None or session.authenticated
 
-    def _read_deadline(self) -> float:
-        """time.monotonic() by which the client must send something: the authentication
-        deadline until it has authenticated, then the idle deadline."""
-        if not self.authenticated:
-            return self._auth_deadline
-        return self._last_read + self._idle_s
 
-    def check_timeouts(self, now: float) -> None:
-        """Raise :class:`CloseConnection` if the client took too long to authenticate, or has
-        been idle (nothing in flight, nothing sent) for ``connections_max_idle_ms``.  Trio
-        path and data plane alike."""
-        if not self.authenticated:
-            if now >= self._auth_deadline:
-                raise CloseConnection(
-                    f"authentication not completed within {self._limits.authentication_timeout_ms} ms "
-                    "(limits.authentication_timeout_ms)", "authentication_timeout")
-        elif now >= self._last_read + self._idle_s:
-            if self._pending:  # waiting for answers is not idleness
-                self._last_read = now
-                return
-            raise CloseConnection(f"idle for {self._limits.connections_max_idle_ms} ms "
-                                  "(limits.connections_max_idle_ms)", "idle")
 
-    def _new_decoder(self) -> FrameDecoder:
-        """Before a SASL client has authenticated, frames are capped at Kafka's
-        sasl.server.max.receive.size (512 KiB by default), not socket.request.max.bytes."""
-        if self.authenticated:
-            return FrameDecoder(self._limits.max_frame_bytes)
-        return FrameDecoder(self._limits.sasl_max_receive_bytes, "limits.sasl_max_receive_bytes")
 
-    def _authenticated_now(self) -> None:
-        """The SASL exchange succeeded: the full frame limit applies from the next frame on."""
-        if self._decoder is not None:
-            self._decoder.limit = self._limits.max_frame_bytes
-            self._decoder.limit_name = "socket.request.max.bytes"
 
     def begin_drain(self) -> None:
         """The gateway is stopping: read no new request; once every request read so far is
@@ -396,14 +268,14 @@ class ClientConnection:
         if self._queued:
             await self._send_upstream(self._queued)
             self._queued.clear()
-        while self._pending:
+        while self.pending:
             self._answered = trio.Event()
             await self._answered.wait()
 
     async def _read_client(self) -> FrameDecoder | None:
         """Serve requests on Trio; returns the decoder when the connection moves to the data plane."""
         decoder = self._decoder = self._new_decoder()
-        bytes_in = self._metrics.bytes_in.labels(self._listener_name)
+        bytes_in = self.metrics.bytes_in.labels(self.listener_name)
         to_upstream = self._queued  # frames to forward, sent together once a chunk is parsed
         while True:
             if self.draining:
@@ -417,11 +289,11 @@ class ClientConnection:
                 if not self.draining:
                     self.check_timeouts(time.monotonic())
                 continue
-            self._last_read = time.monotonic()
+            self.last_read = time.monotonic()
             if not data:
                 if decoder.in_frame:
                     log.info("client closed the connection in the middle of a request (%d bytes buffered)",
-                             decoder.buffered, extra=self._fields())
+                             decoder.buffered, extra=self.log_fields())
                 return
             bytes_in.inc(len(data))
             while not self.draining and (frame := next_request(decoder)) is not NEED_DATA:
@@ -432,121 +304,12 @@ class ClientConnection:
                 await self._send_upstream(to_upstream)
                 to_upstream.clear()
 
-    def dispatch_sync(self, frame: memoryview, to_upstream) -> object:
-        """Handle a request that needs no ``await``: forwarded (its frame appended to
-        ``to_upstream``) or answered from the enforcement's decision.  Returns False when
-        forwarded, True when a local answer was queued (the caller flushes), or
-        :data:`SLOW` before any side effect when the request needs :meth:`_on_request_slow`.
-        Runs on Trio or on the data-plane thread; it must not touch Trio."""
-        session = self.auth.session
-        if session is not None and (session.expects_raw_token or not session.authenticated):
-            return SLOW
-        if len(frame) > self._offload_request and self._is_large(frame):
-            return SLOW  # inspected and authorized on a worker thread (_on_request_slow)
-        body = frame[4:]
-        try:
-            header = parse_request_header(body)
-        except HeaderError:
-            return SLOW
-        advertised = self.gw.advertised_cached
-        if advertised is None or len(self._pending) >= self._max_in_flight:
-            return SLOW
-        if self._upstream is None and header.api_key != 18:  # ApiVersions needs no upstream
-            return SLOW
-        if advertised is not self._routes_for:
-            self._routes = {}
-            self._routes_for = advertised
-        key = header.api_key * 65536 + header.api_version  # unique for int16 versions
-        route = self._routes.get(key)
-        if route is None:
-            route = self._routes[key] = self._route(header.api_key, header.api_version, advertised)
-        if route is SLOW:
-            return SLOW
-        spec, counter, inspect = route
-        if inspect is _API_VERSIONS:  # answered here, on whichever thread runs this: no pause
-            self.client_id = header.client_id
-            if self._deferred is None:
-                counter.inc()
-            else:
-                self._deferred.append(counter)
-            self._pending.append(self._local_slot(header, spec, self._api_versions_body(header.api_version, advertised)))
-            return True
-        self.client_id = header.client_id
-        if self._deferred is None:
-            counter.inc()
-        else:
-            self._deferred.append(counter)
-        if inspect is None:
-            raise self._unsupported(spec, header, advertised.get(header.api_key))
-        info = self._inspected(spec, inspect, header, body)
-        decision = self._enforce(spec, self._auth_helper(header), header, body, info)
-        if decision.close is not None:
-            raise CloseConnection(decision.close, "denied")
-        if decision.respond is not None:
-            self._pending.append(self._local_slot(header, spec, decision.respond))
-            return True
-        if decision.request is not None:
-            frame = self._rebuilt(body, header, decision.request)
-        if info.expects_response:
-            self._track(header, spec, info, decision.merge)
-        to_upstream.append(frame)
-        return False
 
-    def _is_large(self, frame: memoryview) -> bool:
-        """Whether a request is inspected off the shared loops (its size above the limit of
-        its API; Produce has its own, larger limit)."""
-        size = len(frame)
-        if size <= self._offload_request:
-            return False
-        if size <= self._offload_produce and len(frame) >= 6 and frame[4] == 0 and frame[5] == 0:
-            return False  # a Produce request (api key 0) within offload_produce_bytes
-        return True
 
-    def _api_versions_body(self, version: int, advertised) -> bytes:
-        """The ApiVersions answer for ``version``, built once per advertised table."""
-        gw = self.gw
-        if gw.api_versions_for is not advertised:  # a new table: the old answers are stale
-            gw.api_versions_for, gw.api_versions_bodies = advertised, {}
-        body = gw.api_versions_bodies.get(version)
-        if body is None:
-            body = gw.api_versions_bodies[version] = build_api_versions(
-                version, advertised, gw.cluster.api_versions_response)
-        return body
 
-    def _route(self, api_key: int, api_version: int, advertised) -> object:
-        """What :meth:`dispatch_sync` needs of one API version: SLOW, or (spec, request
-        counter, inspector), the inspector None for a version kgw does not advertise and
-        :data:`_API_VERSIONS` for ApiVersions, answered on the spot."""
-        spec = REGISTRY.get(api_key)
-        if spec is not None and api_key == 18:
-            return spec, self._metrics.request(self._listener_name, spec.name), _API_VERSIONS
-        if spec is None or spec.answered_locally or api_key in _SASL_KEYS:
-            return SLOW
-        counter = self._metrics.request(self._listener_name, spec.name)
-        allowed = advertised.get(api_key)
-        if allowed is None or not allowed.min <= api_version <= allowed.max:
-            return spec, counter, None
-        inspect = spec.peek if spec.peek is not None and self.gw.authorizer is None else spec.inspect
-        return spec, counter, inspect
 
-    def _unsupported(self, spec: ApiSpec, header: RequestHeader, allowed) -> CloseConnection:
-        return CloseConnection(
-            f"{spec.name} v{header.api_version} is not supported through kgw "
-            f"(advertised: {f'v{allowed.min}-v{allowed.max}' if allowed else 'none'})",
-            "unsupported_version",
-        )
 
-    @staticmethod
-    def _inspected(spec: ApiSpec, inspect, header: RequestHeader, body: memoryview) -> RequestInfo:
-        try:
-            return inspect(header, body)
-        except CodecError as e:
-            raise CloseConnection(f"malformed {spec.name} v{header.api_version} request: {e}", "decode") from None
 
-    @staticmethod
-    def _rebuilt(body: memoryview, header: RequestHeader, request: bytes) -> memoryview:
-        head = body[: header.size]
-        return memoryview(_I32.pack(len(head) + len(request)) + bytes(head) + request)
 
     async def _on_request(self, frame: memoryview, to_upstream: list[memoryview]) -> None:
         outcome = self.dispatch_sync(frame, to_upstream)
@@ -569,13 +332,13 @@ class ClientConnection:
         spec = REGISTRY.get(header.api_key)
         if spec is None:
             raise CloseConnection(f"unknown api key {header.api_key}", "unknown_api")
-        self._metrics.request(self._listener_name, spec.name).inc()
+        self.metrics.request(self.listener_name, spec.name).inc()
         if session is not None and not session.authenticated:
             try:
                 session.gate(header.api_key)
             except SaslStateError as e:
                 raise CloseConnection(f"request before SASL authentication completed: {e}", "unauthenticated") from None
-        if header.api_key in _SASL_KEYS:
+        if header.api_key in SASL_KEYS:
             await self._sasl(session, header, spec, body)
             return
         if header.api_key == 18:
@@ -617,12 +380,6 @@ class ClientConnection:
             decision = self._enforce(spec, auth, header, body, info)
         await self._apply_decision(header, spec, info, body, frame, decision, to_upstream)
 
-    def _inspect_and_enforce(self, spec: ApiSpec, header: RequestHeader, body: memoryview,
-                             auth: AuthHelper) -> tuple[RequestInfo, Decision]:
-        """Runs on a worker thread for a large request (the connection's Trio task waits)."""
-        inspect = spec.peek if spec.peek is not None and self.gw.authorizer is None else spec.inspect
-        info = self._inspected(spec, inspect, header, body)
-        return info, self._enforce(spec, auth, header, body, info)
 
     async def _apply_decision(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, body: memoryview,
                               frame: memoryview, decision: Decision, to_upstream: list) -> None:
@@ -657,7 +414,7 @@ class ClientConnection:
         if session is not None and session.authenticated and self.principal is ANONYMOUS:
             self.principal = session.principal
             self._authenticated_now()
-            log.info("authenticated as %s with %s", self.principal, session.mechanism, extra=self._fields(header))
+            log.info("authenticated as %s with %s", self.principal, session.mechanism, extra=self.log_fields(header))
         if close:
             raise CloseConnection(f"SASL authentication failed: {session.failure_reason}", "authentication")
 
@@ -676,41 +433,15 @@ class ClientConnection:
         if reply is None or close:
             await self._failed_authentication_delay()
             raise CloseConnection(f"SASL authentication failed: {session.failure_reason}", "authentication")
-        slot = _Slot(None, None)
+        slot = Slot(None, None)
         slot.data = _I32.pack(len(reply)) + reply
-        self._pending.append(slot)
+        self.pending.append(slot)
         await self._flush()
         if session.authenticated:
             self.principal = session.principal
             self._authenticated_now()
 
-    def _auth_helper(self, header: RequestHeader) -> AuthHelper:
-        authorizer = self.gw.authorizer
-        if authorizer is None:
-            return self._no_authorizer
-        context = AuthorizableRequestContext(
-            self._listener_name, self.listener.security_protocol, self.principal, self.client_address,
-            header.api_key, header.api_version, header.client_id, header.correlation_id,
-        )
-        return AuthHelper(authorizer, context, self._enforce_state)
 
-    def _enforce(self, spec: ApiSpec, auth: AuthHelper, header: RequestHeader, body: memoryview,
-                 info: RequestInfo) -> Decision:
-        if spec.enforce is None:
-            if auth.enabled:
-                raise CloseConnection(f"{spec.name} has no authorization mapping; refused", "unmapped_api")
-            return FORWARD
-        try:
-            return spec.enforce(auth, header, body, info)
-        except RefuseRequest as e:
-            raise CloseConnection(f"{spec.name} refused: {e}", "refused") from None
-        except (TypeError, AttributeError, ValueError) as e:
-            # kio decodes some shapes no broker would accept (a null array where the schema has
-            # none): such a request is malformed, closed as a broker closes on a parse error
-            raise CloseConnection(f"malformed {spec.name} v{header.api_version} request: "
-                                  f"{type(e).__name__}: {e}", "decode") from None
-        except AuthorizerNotReadyError:
-            raise CloseConnection("authorizer not ready", "authorizer") from None
 
     async def _advertised(self):
         try:
@@ -722,22 +453,16 @@ class ClientConnection:
         advertised = await self._advertised()
         await self._answer_locally(header, spec, self._api_versions_body(header.api_version, advertised))
 
-    @staticmethod
-    def _local_slot(header: RequestHeader, spec: ApiSpec, body: bytes) -> _Slot:
-        slot = _Slot(header, spec)
-        head = response_header(header.api_key, header.flexible, header.correlation_id)
-        slot.data = _I32.pack(len(head) + len(body)) + head + body
-        return slot
 
     async def _answer_locally(self, header: RequestHeader, spec: ApiSpec, body: bytes) -> None:
         await self._wait_for_space()
-        self._pending.append(self._local_slot(header, spec, body))
+        self.pending.append(self._local_slot(header, spec, body))
         await self._flush()
 
     async def _wait_for_space(self) -> None:
         """Back-pressure: at most ``max_in_flight_per_connection`` responses outstanding.
         (On the data plane a slow request only starts when there is space.)"""
-        while len(self._pending) >= self._max_in_flight and self._lane is None:
+        while len(self.pending) >= self.max_in_flight and self._lane is None:
             if self._queued:  # requests still waiting to be sent can't be answered: send them first
                 await self._send_upstream(self._queued)
                 self._queued.clear()
@@ -759,18 +484,10 @@ class ClientConnection:
             self._track(header, spec, info, merge).large = large and merge is not None
         to_upstream.append(frame)
 
-    def _track(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, merge) -> _Slot:
-        """A forwarded request that expects a response: its place in the response order."""
-        slot = _Slot(header, spec)
-        slot.merge = merge
-        now = time.monotonic()
-        slot.sent_at = now
-        slot.deadline = now + self._request_timeout_s + info.broker_wait_s
-        self._pending.append(slot)
-        self._in_flight.append(slot)
-        if len(self._in_flight) == 1 and self._upstream_scope is not None:
+
+    def _on_first_in_flight(self, slot: Slot) -> None:
+        if self._upstream_scope is not None:
             self._upstream_scope.deadline = _trio_deadline(slot.deadline)
-        return slot
 
     async def _send_upstream(self, frames: list[memoryview]) -> None:
         if self._lane is not None:  # a slow request on the data plane: the lane sends when it resumes
@@ -807,7 +524,7 @@ class ClientConnection:
         """Pair upstream responses with requests in flight; one cancel scope carries the
         deadline of the oldest request and is replaced only when it fires."""
         decoder = FrameDecoder(_MAX_RESPONSE)
-        in_flight = self._in_flight
+        in_flight = self.in_flight
         while True:
             with trio.CancelScope(deadline=_trio_deadline(in_flight[0].deadline) if in_flight else math.inf) as scope:
                 self._upstream_scope = scope
@@ -833,69 +550,8 @@ class ClientConnection:
         self.heavy = None
         await trio.to_thread.run_sync(self._complete, slot, frame, limiter=self.gw.heavy_work_limiter)
 
-    @staticmethod
-    def timeout_error(slot: _Slot) -> CloseConnection:
-        return CloseConnection(
-            f"upstream did not answer {slot.spec.name} (correlation id "
-            f"{slot.header.correlation_id}) within {slot.deadline - slot.sent_at:.1f}s",
-            "timeout",
-        )
 
-    def complete_responses(self, decoder: FrameDecoder) -> bool:
-        """Pair every whole upstream response in ``decoder`` with the oldest request in flight
-        (a broker answers in order); True if any completed.  Trio path and data plane alike."""
-        in_flight = self._in_flight
-        completed = False
-        while True:
-            try:
-                frame = decoder.next_frame()
-            except FrameError as e:
-                raise CloseConnection(f"bad frame from upstream: {e}", "upstream") from None
-            if frame is NEED_DATA:
-                return completed
-            if not in_flight:
-                raise CloseConnection("upstream sent a response nobody asked for", "upstream")
-            slot = in_flight.popleft()
-            if slot.large or len(frame) > self._offload_response and (
-                    slot.merge is not None or (slot.spec.rewrite_response is not None and slot.spec.api_key not in (0, 1))):
-                self.heavy = (slot, frame)  # the caller completes it on a worker thread, then goes on
-                return completed
-            self._complete(slot, frame)
-            completed = True
 
-    def _complete(self, slot: _Slot, frame: memoryview) -> None:
-        header = slot.header
-        (correlation_id,) = _I32.unpack_from(frame, 4)
-        if correlation_id != header.correlation_id:
-            raise CloseConnection(
-                f"upstream answered correlation id {correlation_id}, expected {header.correlation_id}", "upstream"
-            )
-        # Observed before the response can reach the client: whoever saw the response may
-        # rely on /metrics counting it.
-        self._metrics.latency(slot.spec.name).observe(time.monotonic() - slot.sent_at)
-        rewrite = slot.spec.rewrite_response
-        if rewrite is None and slot.merge is None:
-            slot.data = frame
-            return
-        off = 8
-        if header.flexible:
-            count, off = read_uvarint(frame, off)
-            for _ in range(count):
-                _t, off = read_uvarint(frame, off)
-                size, off = read_uvarint(frame, off)
-                off += size
-        try:
-            body = None if rewrite is None else rewrite(header.api_version, frame, off, self.listener.node_map)
-            if slot.merge is not None:  # a merge returning None leaves the response as it is
-                merged = slot.merge(frame, off) if body is None else slot.merge(body, 0)
-                body = merged if merged is not None else body
-        except CodecError as e:
-            raise CloseConnection(f"cannot rewrite upstream {slot.spec.name} response: {e}", "upstream") from None
-        if body is None:
-            slot.data = frame
-        else:
-            head = bytes(frame[4:off])
-            slot.data = _I32.pack(len(head) + len(body)) + head + body
 
     # ------------------------------------------------------------- responses
     async def _flush(self) -> None:
@@ -903,8 +559,8 @@ class ClientConnection:
         if self._sending or self._lane is not None:  # on the data plane the lane sends
             return
         self._sending = True
-        pending = self._pending
-        bytes_out = self._metrics.bytes_out.labels(self._listener_name)
+        pending = self.pending
+        bytes_out = self.metrics.bytes_out.labels(self.listener_name)
         try:
             while pending and pending[0].data is not None:
                 batch = []

@@ -6,16 +6,16 @@ Trio's scheduler costs a few tens of microseconds of Python per wake-up, and a
 proxied request needs two (the request arrives, its response arrives).  On
 small sequential requests that is most of what a gateway adds to latency
 (docs/benchmarks.md).  So once a connection's client and upstream sockets are
-both plain TCP and its upstream connection is open, :class:`ClientConnection`
+both plain TCP and its upstream connection is open, :class:`ConnectionCore`
 hands it to this thread, which serves the *forwarding path* with a raw
 level-triggered epoll loop and no task switches:
 
-* client readable → frame → :meth:`ClientConnection.dispatch_sync` (the same
+* client readable → frame → :meth:`ConnectionCore.dispatch_sync` (the same
   header parse, registry lookup, inspection and authorization the Trio path
   uses) → the frame is queued for the upstream, or a locally built answer
   (e.g. a fully denied Produce) takes its place in the response order;
-* upstream readable → frame → :meth:`ClientConnection._complete` (pairing,
-  rewriting, merging) → responses leave from the head of ``_pending``, so the
+* upstream readable → frame → :meth:`ConnectionCore._complete` (pairing,
+  rewriting, merging) → responses leave from the head of ``pending``, so the
   order is the request order, as on the Trio path.
 
 Everything that needs to ``await`` (ApiVersions, SASL, the ACL and config APIs
@@ -57,14 +57,12 @@ import os
 import select
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import trio
 
+from gateway.connection_core import SLOW, CloseConnection, ConnectionCore, next_request
 from protocol.framing import NEED_DATA, FrameDecoder
-
-if TYPE_CHECKING:
-    from gateway.connection import ClientConnection
 
 __all__ = ["DataPlane", "Lane", "on_trio_thread"]
 
@@ -97,7 +95,7 @@ class Lane:
     __slots__ = ("conn", "cfd", "ufd", "cdec", "udec", "cout", "uout", "paused", "closed", "post",
                  "cmask", "umask", "bytes_in", "bytes_out", "n_in", "n_out", "deferred", "draining")
 
-    def __init__(self, conn: "ClientConnection", cfd: int, ufd: int, client_decoder: FrameDecoder,
+    def __init__(self, conn: "ConnectionCore", cfd: int, ufd: int, client_decoder: FrameDecoder,
                  upstream_frames: list, post: Callable[[tuple], None]) -> None:
         self.conn = conn
         self.cfd = cfd
@@ -111,7 +109,7 @@ class Lane:
         self.post = post  # thread-safe: delivers a message to the connection's Trio task
         self.cmask = 0
         self.umask = 0
-        metrics, listener = conn._metrics, conn._listener_name
+        metrics, listener = conn.metrics, conn.listener_name
         self.bytes_in = metrics.bytes_in.labels(listener)
         self.bytes_out = metrics.bytes_out.labels(listener)
         #: bytes not yet added to the counters above (added every tick and at the end)
@@ -141,7 +139,6 @@ class DataPlane:
     """The epoll thread.  :meth:`run` is the thread's body; the other public methods are thread-safe."""
 
     def __init__(self) -> None:
-        _bind_connection_names()
         self._ep = select.epoll()
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._wake_lock = threading.Lock()
@@ -255,7 +252,7 @@ class DataPlane:
         elif isinstance(e, _ClientGone):
             self._end(lane, ("broken",))
         else:  # a bug in one connection's handling must not stop the thread
-            log.error("data plane: connection failed", exc_info=e, extra=lane.conn._fields())
+            log.error("data plane: connection failed", exc_info=e, extra=lane.conn.log_fields())
             self._end(lane, ("closed", _close_error(f"internal error: {type(e).__name__}: {e}", "internal")))
 
     # -------------------------------------------------------------- commands
@@ -285,7 +282,7 @@ class DataPlane:
             self._drained_yet(lane)
 
     def _drained_yet(self, lane: Lane) -> None:
-        if (not lane.closed and not lane.paused and not lane.conn._pending and not lane.cout
+        if (not lane.closed and not lane.paused and not lane.conn.pending and not lane.cout
                 and not lane.uout):
             self._end(lane, ("eof", 0))
 
@@ -327,7 +324,7 @@ class DataPlane:
                 continue
             seen.add(id(lane))
             lane.count_bytes()
-            in_flight = lane.conn._in_flight
+            in_flight = lane.conn.in_flight
             if in_flight and now >= in_flight[0].deadline:
                 self._end(lane, ("closed", lane.conn.timeout_error(in_flight[0])))
             elif not lane.paused:  # (a paused lane's connection belongs to its Trio task)
@@ -359,7 +356,7 @@ class DataPlane:
             return
         if n > 0:
             lane.n_in += n
-            lane.conn._last_read = time.monotonic()
+            lane.conn.last_read = time.monotonic()
             self._process_client(lane)
 
     def _process_client(self, lane: Lane) -> None:
@@ -375,7 +372,7 @@ class DataPlane:
         if lane.draining:
             return  # no new request while the gateway stops
         conn, dec = lane.conn, lane.cdec
-        pending, limit = conn._pending, conn._max_in_flight
+        pending, limit = conn.pending, conn.max_in_flight
         while True:
             answered = False
             frame = None
@@ -420,8 +417,8 @@ class DataPlane:
                 self._process_client(lane)  # requests held back by max_in_flight may go now
 
     def _flush_client(self, lane: Lane) -> None:
-        """Move completed responses from the head of ``_pending`` to the client, in order."""
-        pending, cout = lane.conn._pending, lane.cout
+        """Move completed responses from the head of ``pending`` to the client, in order."""
+        pending, cout = lane.conn.pending, lane.cout
         while pending and pending[0].data is not None:
             cout.append(pending.popleft().data)
         if cout and not lane.closed:
@@ -466,7 +463,7 @@ class DataPlane:
             cmask = umask = 0
         else:
             conn = lane.conn
-            cmask = _IN if (not lane.uout and len(conn._pending) < conn._max_in_flight
+            cmask = _IN if (not lane.uout and len(conn.pending) < conn.max_in_flight
                             and not lane.draining) else 0
             umask = 0 if lane.cout else _IN
             if lane.uout:
@@ -510,15 +507,3 @@ def _receive(fd: int, decoder: FrameDecoder) -> int:
 
 def _close_error(reason: str, metric: str):
     return CloseConnection(reason, metric)
-
-
-CloseConnection: type = Exception  # the real names are bound by _bind_connection_names
-SLOW: object = None                # (gateway.connection imports this module)
-next_request: Callable = None      # type: ignore[assignment]
-
-
-def _bind_connection_names() -> None:
-    global CloseConnection, SLOW, next_request
-    from gateway import connection
-
-    CloseConnection, SLOW, next_request = connection.CloseConnection, connection.SLOW, connection.next_request

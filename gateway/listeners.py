@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A :class:`Listener` is one configured listener (name, security protocol, bind
 and advertised addresses).  It opens its bootstrap socket when the gateway
-starts it, and a node socket (see :mod:`gateway.routing`) for every upstream
+starts it, and a node socket (its :class:`ListenerNodeMap`) for every upstream
 broker the cluster table reports, including brokers that appear later.  Node
 sockets are bound synchronously when a node is first seen, so a rewritten
 Metadata response never advertises a port that is not yet listening.
@@ -13,6 +13,15 @@ Every accepted connection runs in the listener's handler nursery inside a
 guard that logs and swallows any exception: one connection's failure never
 reaches another connection or the gateway (unlike ``trio.serve_listeners``'s
 default).  Only the accept errors that mean "out of resources" are retried.
+
+Addresses, port per broker: node N is served at bind port ``broker_port_base + N``
+and advertised as ``advertised_host:advertised_broker_port_base + N``.  The mapping
+is a pure function of (listener, node id) — no counter, no discovery order — so every
+kgw instance and every restart hand out the same addresses, node ids need not be
+contiguous, and a broker that appears later gets its port when it is first seen.  A
+node id whose port would exceed 65535 cannot be exposed; it is logged and left out of
+broker lists.  (Kroxylicious has the same port-per-broker strategy; TLS SNI host
+names would need TLS on every listener and wildcard DNS.)
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import errno
 import logging
 import socket
 import threading
-from typing import TYPE_CHECKING
+from typing import Any
 
 import trio
 
@@ -29,12 +38,9 @@ from gateway.connection import ClientConnection
 from gateway.authentication import ListenerSecurity
 from gateway.data_plane import on_trio_thread
 from gateway.logs import fields
-from gateway.routing import ListenerNodeMap
 
-if TYPE_CHECKING:
-    from gateway.server import Gateway
 
-__all__ = ["Listener"]
+__all__ = ["Listener", "ListenerNodeMap"]
 
 log = logging.getLogger("kgw.listener")
 _ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
@@ -55,7 +61,7 @@ def _bind(host: str, port: int) -> trio.socket.SocketType:
 
 
 class Listener:
-    def __init__(self, gateway: "Gateway", config) -> None:
+    def __init__(self, gateway: Any, config) -> None:  # gateway: gateway.server.Gateway
         self.gateway = gateway
         self.config = config
         self.name: str = config.name
@@ -194,3 +200,23 @@ class Listener:
                 self._refused_hosts.discard(peer[0])
             active.dec()
             await trio.aclose_forcefully(stream)
+
+
+# The mapping itself is ``ListenerConfig.node_bind_port`` / ``node_advertised_address``
+# (configs/gateway_config.py), so the YAML model and the gateway cannot disagree.
+
+
+class ListenerNodeMap:
+    """The :class:`protocol.apis.base.NodeMap` of one listener."""
+
+    def __init__(self, listener: Listener) -> None:
+        self._listener = listener
+
+    def learn(self, node_id: int, host: str, port: int, rack: str | None) -> None:
+        self._listener.gateway.cluster.learn(node_id, host, port, rack)
+
+    def advertise(self, node_id: int) -> tuple[str, int] | None:
+        if not self._listener.has_node_port(node_id):
+            return None
+        address = self._listener.config.node_advertised_address(node_id)
+        return None if address is None else (address.host, address.port)

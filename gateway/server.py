@@ -125,7 +125,7 @@ class Gateway:
             while self.connections:
                 self._drained = trio.Event()
                 await self._drained.wait()
-        abandoned = sum(len(conn._pending) for conn in self.connections)
+        abandoned = sum(len(conn.pending) for conn in self.connections)
         if self.connections:
             log.warning("drain timed out after %.1fs: closing %d connection(s) with %d request(s) unanswered",
                         timeout_s, len(self.connections), abandoned)
