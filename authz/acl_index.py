@@ -356,11 +356,6 @@ class _Section:
                 if bucket is not None:
                     yield bucket
 
-    def iter_acls(self) -> Iterator[StandardAcl]:
-        for table in (self.literal, self.prefixed):
-            for bucket in table.values():
-                for acls in bucket.values():
-                    yield from acls
 
 
 class AclIndex:

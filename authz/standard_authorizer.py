@@ -447,9 +447,6 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
         self._initial_load.set()
         log.info("%s completed its initial ACL load", self._log_prefix())
 
-    @property
-    def initial_load_complete(self) -> bool:
-        return self._data.loaded
 
     def _log_prefix(self) -> str:
         return f"[StandardAuthorizer {self._node_id if self._node_id is not None else '?'}]"

@@ -60,15 +60,17 @@ from kio.records.writers import write_new_batch
 from kio.static.primitive import i8, i16, i32, i64
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from authz.audit_events import audit_event
 from gateway.upstream import UpstreamCluster, UpstreamUnavailable, open_upstream, roundtrip
 from protocol.apis.api_versions import KIO_VERSIONS
 from protocol.codecs import CodecError, make, nested, request_class
 
-__all__ = ["AuditPublisher", "AuditLogHandler", "audit_event", "encode_batch"]
+__all__ = ["AuditPublisher", "AuditLogHandler", "encode_batch"]
 
 log = logging.getLogger("kgw.audit.publisher")
 
 _UTC = _dt.timezone.utc
+
 PRODUCE, METADATA, CREATE_TOPICS = 0, 3, 19
 # Produce v13 / Metadata v13 address topics by id only; stay below.
 _MAX_VERSION = {PRODUCE: 12, METADATA: 12, CREATE_TOPICS: 7}
@@ -83,43 +85,6 @@ class _Retry(Exception):
 
 class _Rejected(Exception):
     pass
-
-
-def _split_resource(text: str) -> tuple[str, str, str]:
-    """``Topic:LITERAL:orders`` -> (Topic, LITERAL, orders); names may hold ':'."""
-    parts = text.split(":", 2)
-    if len(parts) == 3:
-        return parts[0], parts[1], parts[2]
-    return "", "", text
-
-
-def audit_event(fields: Mapping[str, Any], ts: float, gateway: str | None = None) -> dict[str, Any]:
-    """The JSON object for one decision (``fields`` = ``log_decision``'s extra)."""
-    resource = str(fields.get("kgw_resource", ""))
-    rtype, ptype, rname = _split_resource(resource)
-    allowed = bool(fields.get("kgw_allowed"))
-    ms = int(ts * 1000)
-    event = {
-        "time": _dt.datetime.fromtimestamp(ms / 1000, tz=_UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        "ts_ms": ms,
-        "principal": fields.get("kgw_principal"),
-        "allowed": allowed,
-        "decision": "ALLOWED" if allowed else "DENIED",
-        "operation": fields.get("kgw_operation"),
-        "resource": resource,
-        "resource_type": rtype,
-        "pattern_type": ptype,
-        "resource_name": rname,
-        "listener": fields.get("kgw_listener"),
-        "client_address": fields.get("kgw_host"),
-        "api": fields.get("kgw_request"),
-        "client_id": fields.get("kgw_client_id"),
-        "correlation_id": fields.get("kgw_correlation_id"),
-        "rule": fields.get("kgw_rule"),
-    }
-    if gateway is not None:
-        event["gateway"] = gateway
-    return event
 
 
 def encode_batch(events: list[tuple[float, Mapping[str, Any]]], gateway: str | None = None) -> bytes:
@@ -267,16 +232,6 @@ class AuditPublisher:
         finally:
             with trio.CancelScope(shield=True):
                 await self._close_all()
-
-    async def publish_pending(self, cluster: UpstreamCluster) -> int:
-        """Publish everything buffered now (tests, shutdown); returns the count sent."""
-        sent = 0
-        while batch := self._take():
-            with trio.fail_after(self.request_timeout_s):
-                await self._publish(cluster, batch)
-            self.published.inc(len(batch))
-            sent += len(batch)
-        return sent
 
     # -- produce -----------------------------------------------------------------
 

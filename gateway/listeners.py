@@ -80,10 +80,6 @@ class Listener:
         #: dynamic (DescribeConfigs/AlterConfigs may change it at run time)
         self.max_connections: int = config.max_connections
 
-    @property
-    def advertised_bootstrap(self) -> tuple[str, int]:
-        port = self.config.advertised_port or self.bound_port
-        return self.config.advertised_host, port
 
     def has_node_port(self, node_id: int) -> bool:
         return node_id in self._node_ports

@@ -98,9 +98,6 @@ def nested(cls: type, field_name: str) -> type:
             return tp
 
 
-def has_field(cls: type, field_name: str) -> bool:
-    return field_name in cls.__dataclass_fields__
-
 
 def make(cls: type, **values):
     """Build ``cls`` from the fields it has among ``values`` (versions differ in fields)."""

@@ -71,7 +71,6 @@ _API_NAMES = {32: "DescribeConfigs", 33: "AlterConfigs", 44: "IncrementalAlterCo
 
 _T = ConfigResourceType
 _LOCAL = frozenset({_T.BROKER, _T.BROKER_LOGGER})
-_UPSTREAM = frozenset({_T.TOPIC, _T.GROUP, _T.CLIENT_METRICS})
 _MESSAGES = {
     CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
     TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",

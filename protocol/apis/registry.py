@@ -27,7 +27,7 @@ from protocol.apis import acls, addresses, admin, configs, fetch, groups, produc
 from protocol.apis.base import ApiSpec
 from protocol.apis.generic import inspect_decoded
 
-__all__ = ["REGISTRY", "LOCAL_KEYS", "spec_for", "api_name"]
+__all__ = ["REGISTRY", "LOCAL_KEYS"]
 
 #: APIs only brokers, controllers or share-group coordinators send to each other.
 _BROKER_INTERNAL = frozenset(
@@ -96,11 +96,3 @@ def _build() -> Mapping[int, ApiSpec]:
 
 REGISTRY: Mapping[int, ApiSpec] = _build()
 
-
-def spec_for(api_key: int) -> ApiSpec | None:
-    return REGISTRY.get(api_key)
-
-
-def api_name(api_key: int) -> str:
-    spec = REGISTRY.get(api_key)
-    return spec.name if spec else f"Unknown({api_key})"

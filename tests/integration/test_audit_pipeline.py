@@ -4,7 +4,7 @@ A gateway with the StandardAuthorizer publishes its audit events to a fresh
 audit topic on tansu.  The test makes a known number of allowed and denied
 requests (raw Metadata requests, so that each is exactly one decision):
 User:ANONYMOUS may DESCRIBE topic A but not topic B.  The Spark job
-(gateway/spark/audit_job.py, streaming + availableNow) reads the audit topic
+(kgw_spark/audit_job.py, streaming + availableNow) reads the audit topic
 *through kgw* with the ``kgw`` source; the per-minute counts in its Parquet
 output must equal the requests made, and a second run resumes from the
 checkpoint and adds only the new decisions.  The HTML report must name the
@@ -101,7 +101,7 @@ def test_audit_events_to_parquet_and_report(spark, tansu, start_gateway, tmp_pat
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from gateway.spark.audit_job import run_stream, source_options, write_report
+    from kgw_spark.audit_job import run_stream, source_options, write_report
     from tests.integration.test_spark_source import create_topic
 
     uid = tmp_path.name[-12:].strip("_-") or "x"

@@ -1,4 +1,4 @@
-"""The ``kgw`` Spark data source (gateway/spark/source.py) through a real kgw.
+"""The ``kgw`` Spark data source (kgw_spark/source.py) through a real kgw.
 
 Records are produced straight to tansu in multi-record batches (linger), so
 tansu's ListOffsets(latest) quirk -- last batch's base offset + 1 -- would
@@ -66,7 +66,7 @@ def make_spark(app: str):
              .config("spark.sql.streaming.metricsEnabled", "false")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    from gateway.spark.source import register
+    from kgw_spark.source import register
 
     register(spark)
     return spark

@@ -14,7 +14,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 from prometheus_client import generate_latest
 
-from gateway.audit_publisher import AuditLogHandler, AuditPublisher, audit_event, encode_batch
+from authz.audit_events import audit_event
+from gateway.audit_publisher import AuditLogHandler, AuditPublisher, encode_batch
 from gateway.upstream import UpstreamCluster
 from protocol.codecs import decode_request, encode, response_class
 from tests.unit.gateway.fake_broker import NODE_ID, FakeBroker

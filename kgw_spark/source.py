@@ -3,7 +3,7 @@
 Usage (batch and streaming; the only change from Spark's built-in Kafka
 source is the format name)::
 
-    from gateway.spark.source import register
+    from kgw_spark.source import register
     register(spark)
     df = (spark.read.format("kgw")
           .option("kafka.bootstrap.servers", "kgw:9092")

@@ -13,11 +13,11 @@ Reads the JSON audit events kgw publishes (gateway/audit_publisher.py)
 Modes::
 
     # one-off batch over everything in the topic
-    python -m gateway.spark.audit_job --bootstrap kgw:9092 --topic kgw-audit --out /data/audit
+    python -m kgw_spark.audit_job --bootstrap kgw:9092 --topic kgw-audit --out /data/audit
 
     # streaming, resumable: each run reads only what arrived since the last
     # (Trigger.AvailableNow; the checkpoint is kept in <out>/_checkpoint)
-    python -m gateway.spark.audit_job --bootstrap kgw:9092 --topic kgw-audit --out /data/audit --stream
+    python -m kgw_spark.audit_job --bootstrap kgw:9092 --topic kgw-audit --out /data/audit --stream
 
 In streaming mode each micro-batch's partial counts are written to
 ``<out>/_increments/batch=<id>`` (overwritten when Spark replays a batch, so
@@ -34,10 +34,12 @@ import os
 import sys
 from pathlib import Path
 
+from authz.audit_events import spark_schema
+
 __all__ = ["aggregate", "run_batch", "run_stream", "write_report", "main"]
 
-EVENT_SCHEMA = ("ts_ms long, principal string, allowed boolean, operation string, resource string, "
-                "api string, listener string, client_address string")
+EVENT_SCHEMA = spark_schema(("ts_ms", "principal", "allowed", "operation", "resource", "api", "listener",
+                             "client_address"))
 KEY_COLUMNS = ["minute", "principal", "resource", "operation"]
 
 
@@ -191,7 +193,7 @@ def build_spark(master: str = "local[2]"):
              .config("spark.sql.shuffle.partitions", "4")
              .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
-    from gateway.spark.source import register
+    from kgw_spark.source import register
 
     register(spark)
     return spark
@@ -209,7 +211,7 @@ def run(spark, args) -> Path:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m gateway.spark.audit_job", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m kgw_spark.audit_job", description=__doc__.split("\n\n")[0])
     p.add_argument("--bootstrap", required=True, help="kgw bootstrap address (kafka.bootstrap.servers)")
     p.add_argument("--topic", default="kgw-audit", help="the audit topic (default kgw-audit)")
     p.add_argument("--out", required=True, help="output directory (per_minute/ Parquet, report.html)")
