@@ -23,7 +23,8 @@ from kio.schema.index import api_key_map
 
 from dataclasses import replace
 
-from protocol.apis import acls, addresses, admin, configs, fetch, groups, produce, scram, topics, transactions
+from protocol.apis import (acls, admin, classic_groups, cluster, configs, consumer_groups, fetch, find_coordinator,
+                           metadata, produce, scram, share_groups, streams_groups, topic_admin, topics, transactions)
 from protocol.apis.base import ApiSpec
 from protocol.apis.generic import inspect_decoded
 
@@ -46,7 +47,8 @@ LOCAL_KEYS = frozenset({17, 18, 36}) | acls.LOCAL_KEYS | configs.LOCAL_KEYS | sc
 
 
 #: API family modules; a family may add enforcement to an API another module rewrites.
-_MODULES = (acls, addresses, admin, configs, fetch, groups, produce, scram, topics, transactions)
+_MODULES = (acls, admin, classic_groups, cluster, configs, consumer_groups, fetch, find_coordinator, metadata, produce,
+            scram, share_groups, streams_groups, topic_admin, topics, transactions)
 
 
 def _merge(base: ApiSpec | None, spec: ApiSpec) -> ApiSpec:

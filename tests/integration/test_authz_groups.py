@@ -30,7 +30,7 @@ from kafka.errors import GroupAuthorizationFailedError
 from kafka.structs import OffsetAndMetadata
 from kio.static.primitive import i32, i64
 
-from protocol.apis.groups import _blank, nested
+from protocol.apis.group_common import _blank, nested
 from protocol.codecs import request_class
 
 pytestmark = pytest.mark.integration

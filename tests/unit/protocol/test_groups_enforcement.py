@@ -25,7 +25,7 @@ from authz.standard_authorizer import StandardAuthorizer
 from protocol.apis.base import FORWARD
 from protocol.apis.registry import REGISTRY
 from protocol.auth_helper import AuthHelper
-from protocol.apis.groups import nested
+from protocol.apis.group_common import nested
 from protocol.codecs import decode_request, decode_response, encode, request_class, response_class
 from protocol.headers import parse_request_header
 
@@ -104,13 +104,13 @@ def req(api_key, version, **fields):
 
 
 def resp(api_key, version, **fields):
-    from protocol.apis.groups import _blank
+    from protocol.apis.group_common import _blank
 
     return _blank(response_class(api_key, version), **fields)
 
 
 def _make(cls, fields):
-    from protocol.apis.groups import _blank
+    from protocol.apis.group_common import _blank
 
     return _blank(cls, **fields)
 

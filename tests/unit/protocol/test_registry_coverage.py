@@ -66,6 +66,11 @@ def test_advertised_versions_never_exceed_the_spec_whatever_the_upstream_offers(
         assert lo <= r.min <= r.max <= hi, REGISTRY[key].name
     assert set(advertised) <= set(REGISTRY)
     assert not set(advertised) & {27, 52, 56, 58, 62}  # inter-broker APIs never
+    # a spec narrower than kio and the upstream: the spec wins
+    from dataclasses import replace
+    narrowed = {**REGISTRY, 0: replace(REGISTRY[0], versions=(5, 9)), 3: replace(REGISTRY[3], versions=(1, 4))}
+    advertised = advertised_versions(generous, LOCAL_KEYS, narrowed, authorizer=True)
+    assert advertised[0] == VersionRange(5, 9) and advertised[3] == VersionRange(1, 4)
 
 
 def test_with_an_authorizer_an_api_without_enforcement_is_not_advertised():

@@ -26,7 +26,8 @@ from authz.audit import AUDIT_LOGGER_NAME, TRACE
 from authz.authorizer import AuthorizableRequestContext
 from authz.principal import KafkaPrincipal
 from authz.standard_authorizer import StandardAuthorizer
-from protocol.apis import topics as T
+from protocol.apis import topic_common as T
+from protocol.topic_ids import LEARNED
 from protocol.apis.base import FORWARD, Decision
 from protocol.apis.registry import REGISTRY
 from protocol.auth_helper import AuthHelper
@@ -117,9 +118,9 @@ def lines(caplog, level, *needles):
 @pytest.fixture(autouse=True)
 def _trace(caplog):
     caplog.set_level(TRACE, logger=AUDIT_LOGGER_NAME)
-    T.LEARNED.clear()
+    LEARNED.clear()
     yield
-    T.LEARNED.clear()
+    LEARNED.clear()
 
 
 def req(key, version, **fields):
@@ -137,11 +138,12 @@ E = ErrorCode
 
 
 KEYS = (2, 3, 19, 20, 21, 23, 34, 35, 37, 43, 45, 46, 60, 61, 75)
+FAMILIES = {"protocol.apis.topics", "protocol.apis.metadata", "protocol.apis.topic_admin", "protocol.apis.cluster"}
 
 
 def test_registry_uses_topics_enforcers():
     for key in KEYS:
-        assert REGISTRY[key].enforce.__module__ == "protocol.apis.topics", key
+        assert REGISTRY[key].enforce.__module__ in FAMILIES, key
     # address rewriting of Metadata and DescribeCluster is kept
     assert REGISTRY[3].rewrite_response is not None and REGISTRY[60].rewrite_response is not None
 
@@ -336,7 +338,7 @@ def test_metadata_v1_never_forwards_a_topic_without_create_even_one_kgw_saw_exis
     """v0-3 always auto-creates: a topic kgw saw once may have been deleted since, so kgw's memory
     is no reason to forward it (finding 5 of the hostile-client review)."""
     authz = authorizer(acl("a-", Op.DESCRIBE), acl("a-c", Op.CREATE))
-    T.LEARNED.learn("a-known", None)
+    LEARNED.learn("a-known", None)
     entity = md_request(1, ["a-known", "a-unknown", "a-creatable"])
     d = enforce(entity, authz)
     assert [t.name for t in sent(entity, d).topics] == ["a-creatable"]
@@ -496,7 +498,7 @@ def test_create_topics_per_topic_create_and_describe_configs(caplog):
     assert a1.configs and a1.topic_config_error_code == 0 and a1.num_partitions == 1
     # created without DESCRIBE_CONFIGS: 29 in topicConfigErrorCode, nothing else returned
     assert (a2.topic_config_error_code, a2.num_partitions, a2.replication_factor, a2.configs) == (29, -1, -1, ())
-    assert a2.topic_id == r2.topic_id and T.LEARNED.name_of(r2.topic_id) == "a-2"
+    assert a2.topic_id == r2.topic_id and LEARNED.name_of(r2.topic_id) == "a-2"
     info = lines(caplog, logging.INFO)
     assert any("Denied operation = CREATE" in m and "Topic:LITERAL:b-1" in m for m in info)
     assert not any("kafka-cluster" in m or "DESCRIBE_CONFIGS" in m for m in info)  # both D=false
@@ -567,7 +569,7 @@ def test_delete_topics_by_id():
     authz = authorizer(acl("a-", Op.DELETE), acl("a-", Op.DESCRIBE), acl("c-", Op.DESCRIBE))
     ida, idb, idc, unknown = (uuid.uuid4() for _ in range(4))
     for name, i in (("a-1", ida), ("b-1", idb), ("c-1", idc)):
-        T.LEARNED.learn(name, i)
+        LEARNED.learn(name, i)
     entity = dt_request([(None, ida), (None, idb), (None, idc), (None, unknown)])
     d = enforce(entity, authz)
     assert [t.topic_id for t in sent(entity, d).topics] == [ida]

@@ -1,0 +1,228 @@
+"""KIP-932 share groups: ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch,
+ShareAcknowledge and the share-group offsets APIs (Describe/Alter/DeleteShareGroupOffsets).
+"""
+
+from __future__ import annotations
+from dataclasses import replace
+from authz.acl import AclOperation
+from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
+from protocol.apis.generic import inspect_decoded
+from protocol.auth_helper import AuthHelper
+from protocol.codecs import decode_response, encode, nested, response_class
+from protocol.merging import merge_in_request_order, pop_first
+from protocol.errors import (
+    GROUP_AUTHORIZATION_FAILED,
+    TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_ID,
+)
+from protocol.headers import RequestHeader
+from protocol.apis.consumer_groups import _DESCRIBED_TOPICS_DENIED, _topics_of_consumer_group
+from protocol.apis.group_common import DELETE, DESCRIBE, GROUP, INVALID_REQUEST, READ, TOPIC, _MESSAGES, _ZERO_UUID, _any_topic_denied, _blank, _describe_family, _request_body, _respond, _topic_name
+
+__all__ = ["SPECS"]
+
+
+def _enforce_share_heartbeat(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
+    """§1.1 ShareGroupHeartbeat: GROUP:READ (W 30); invalid member id -> 42 (after auth);
+    TOPIC:DESCRIBE on every subscribed name, any denied -> W 29."""
+    if not auth.enabled:
+        return FORWARD
+    request = info.decoded
+    v = header.api_version
+    if not auth.allowed(GROUP, request.group_id, READ):
+        return _respond(76, v, error_code=GROUP_AUTHORIZATION_FAILED)
+    if not request.member_id or len(request.member_id) > 36:
+        return _respond(76, v, error_code=INVALID_REQUEST, error_message="Invalid member id in the request.")
+    if _any_topic_denied(auth, request.subscribed_topic_names):
+        return _respond(76, v, error_code=TOPIC_AUTHORIZATION_FAILED)
+    return FORWARD
+
+
+def _share_data_plane(key: int):
+    """ShareFetch / ShareAcknowledge: GROUP:READ (W 30); TOPIC:READ filter over the request's topic
+    ids (R 29 per partition; ids kgw cannot resolve -> 100).  Share-session partitions not named in
+    the request cannot be re-authorized by kgw (see the report)."""
+
+    def enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
+        if not auth.enabled:
+            return FORWARD
+        request = info.decoded
+        v = header.api_version
+        if request.group_id is None or not auth.allowed(GROUP, request.group_id, READ):
+            return _respond(key, v, error_code=GROUP_AUTHORIZATION_FAILED)
+        topics = list(request.topics or ())
+        if not topics:
+            return FORWARD
+        names = [_topic_name(auth, t.topic_id) for t in topics]
+        counts: dict[str, int] = {}
+        for t, n in zip(topics, names):
+            if n is not None:
+                counts[n] = counts.get(n, 0) + len(t.partitions)
+        allowed = auth.filter(TOPIC, READ, counts)
+        errors = {i: (UNKNOWN_TOPIC_ID if n is None else TOPIC_AUTHORIZATION_FAILED)
+                  for i, n in enumerate(names) if n is None or n not in allowed}
+        if not errors:
+            return FORWARD
+        cls = response_class(key, v)
+        topic_cls = nested(cls, "responses")
+        part_cls = nested(topic_cls, "partitions")
+        leader_cls = nested(part_cls, "current_leader")
+
+        def denied_entry(i):
+            t = topics[i]
+            code = errors[i]
+            return _blank(topic_cls, topic_id=t.topic_id, partitions=tuple(
+                _blank(part_cls, partition_index=p.partition_index, error_code=code,
+                       acknowledge_error_code=code if getattr(p, "acknowledgement_batches", None) else 0,
+                       current_leader=_blank(leader_cls, leader_id=-1, leader_epoch=-1), records=b"")
+                for p in t.partitions))
+
+        kept = tuple(t for i, t in enumerate(topics) if i not in errors)
+
+        def merge(buf, off: int) -> bytes:
+            response = decode_response(key, v, buf, off)
+            if response.error_code != 0:
+                return encode(response)
+            merged = merge_in_request_order(
+                enumerate(topics), response.responses,
+                denied_entry=lambda it: denied_entry(it[0]) if it[0] in errors else None,
+                same=lambda e, it: e.topic_id == it[1].topic_id)
+            return encode(replace(response, responses=merged))
+
+        if not kept and key == 79:
+            return Decision(respond=encode(_blank(cls, responses=tuple(denied_entry(i) for i in range(len(topics))))))
+        # ShareFetch: the session (epoch, forgotten topics) must still reach the broker, so the reduced
+        # request is forwarded even when no named topic is left.
+        return Decision(request=_request_body(replace(request, topics=kept)), merge=merge)
+
+    return enforce
+
+
+def _enforce_describe_share_offsets(auth: AuthHelper, header: RequestHeader, body: memoryview,
+                                    info: RequestInfo) -> Decision:
+    """§1.1 DescribeShareGroupOffsets: GROUP:DESCRIBE per group (R 30); named topics TOPIC:DESCRIBE
+    (R 29 per partition, with message); all topics (null): F on the coordinator's answer."""
+    if not auth.enabled:
+        return FORWARD
+    request = info.decoded
+    v = header.api_version
+    cls = response_class(90, v)
+    group_cls = nested(cls, "groups")
+    topic_cls = nested(group_cls, "topics")
+    part_cls = nested(topic_cls, "partitions")
+    plans = []  # (group, denied, all_topics, denied topic indexes)
+    for g in request.groups:
+        if not auth.allowed(GROUP, g.group_id, DESCRIBE):
+            plans.append((g, True, False, set()))
+        elif g.topics is None:
+            plans.append((g, False, True, set()))
+        elif not g.topics:
+            plans.append((g, False, False, set()))
+        else:
+            ok = auth.filter(TOPIC, DESCRIBE, [t.topic_name for t in g.topics])
+            plans.append((g, False, False, {i for i, t in enumerate(g.topics) if t.topic_name not in ok}))
+    if not any(d or a or bad for _, d, a, bad in plans):
+        return FORWARD
+
+    def denied_group(g):
+        return _blank(group_cls, group_id=g.group_id, error_code=GROUP_AUTHORIZATION_FAILED, topics=())
+
+    def denied_topic(t):
+        return _blank(topic_cls, topic_name=t.topic_name, topic_id=_ZERO_UUID, partitions=tuple(
+            _blank(part_cls, partition_index=p, start_offset=-1, leader_epoch=-1, lag=-1,
+                   error_code=TOPIC_AUTHORIZATION_FAILED, error_message=_MESSAGES[TOPIC_AUTHORIZATION_FAILED])
+            for p in t.partitions))
+
+    forwarded = [g if not bad else replace(g, topics=tuple(t for i, t in enumerate(g.topics) if i not in bad))
+                 for g, d, _a, bad in plans if not d]
+    if not forwarded:
+        return _respond(90, v, groups=tuple(denied_group(g) for g, *_ in plans))
+
+    def merge(buf, off: int) -> bytes:
+        response = decode_response(90, v, buf, off)
+        upstream = list(response.groups)
+        merged = []
+        for g, denied, all_topics, bad in plans:
+            if denied:
+                merged.append(denied_group(g))
+                continue
+            entry = pop_first(upstream, lambda e, g=g: e.group_id == g.group_id)
+            if entry is None:
+                continue
+            if all_topics:
+                ok = auth.filter(TOPIC, DESCRIBE, [t.topic_name for t in entry.topics])
+                merged.append(replace(entry, topics=tuple(t for t in entry.topics if t.topic_name in ok)))
+            elif bad and entry.error_code == 0:
+                ups = list(entry.topics)
+                topics = []
+                for i, t in enumerate(g.topics):
+                    if i in bad:
+                        topics.append(denied_topic(t))
+                    else:
+                        e = pop_first(ups, lambda e, t=t: e.topic_name == t.topic_name)
+                        if e is not None:
+                            topics.append(e)
+                merged.append(replace(entry, topics=tuple(topics)))
+            else:
+                merged.append(entry)
+        return encode(replace(response, groups=tuple(merged)))
+
+    return Decision(request=_request_body(replace(request, groups=tuple(forwarded))), merge=merge)
+
+
+def _share_offsets_change(key: int, group_op: AclOperation):
+    """AlterShareGroupOffsets (91, GROUP:READ) / DeleteShareGroupOffsets (92, GROUP:DELETE): W 30 with
+    message; then TOPIC:READ per topic entry, one call each (R 29 with message); a top-level error
+    from the coordinator replaces everything."""
+
+    def enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
+        if not auth.enabled:
+            return FORWARD
+        request = info.decoded
+        v = header.api_version
+        if not auth.allowed(GROUP, request.group_id, group_op):
+            return _respond(key, v, error_code=GROUP_AUTHORIZATION_FAILED,
+                            error_message=_MESSAGES[GROUP_AUTHORIZATION_FAILED])
+        ok = [auth.allowed(TOPIC, t.topic_name, READ) for t in request.topics]
+        if all(ok):
+            return FORWARD
+        cls = response_class(key, v)
+        topic_cls = nested(cls, "responses")
+        msg = _MESSAGES[TOPIC_AUTHORIZATION_FAILED]
+
+        def denied_entry(t):
+            if key == 92:
+                return _blank(topic_cls, topic_name=t.topic_name, topic_id=_ZERO_UUID,
+                              error_code=TOPIC_AUTHORIZATION_FAILED, error_message=msg)
+            part_cls = nested(topic_cls, "partitions")
+            return _blank(topic_cls, topic_name=t.topic_name, topic_id=_ZERO_UUID, partitions=tuple(
+                _blank(part_cls, partition_index=p.partition_index, error_code=TOPIC_AUTHORIZATION_FAILED,
+                       error_message=msg) for p in t.partitions))
+
+        kept = tuple(t for t, a in zip(request.topics, ok) if a)
+
+        def merge(buf, off: int) -> bytes:
+            response = decode_response(key, v, buf, off)
+            if response.error_code != 0:
+                return encode(response)
+            merged = merge_in_request_order(
+                zip(request.topics, ok), response.responses,
+                denied_entry=lambda ta: None if ta[1] else denied_entry(ta[0]),
+                same=lambda e, ta: e.topic_name == ta[0].topic_name)
+            return encode(replace(response, responses=merged))
+
+        return Decision(request=_request_body(replace(request, topics=kept)), merge=merge)
+
+    return enforce
+
+
+SPECS = (
+    ApiSpec(76, "ShareGroupHeartbeat", inspect_decoded, enforce=_enforce_share_heartbeat, versions=(1, 1)),
+    ApiSpec(77, "ShareGroupDescribe", inspect_decoded, enforce=_describe_family(
+        77, "group_ids", lambda g: _topics_of_consumer_group(g, False), _DESCRIBED_TOPICS_DENIED), versions=(1, 1)),
+    ApiSpec(78, "ShareFetch", inspect_decoded, enforce=_share_data_plane(78), versions=(1, 2)),
+    ApiSpec(79, "ShareAcknowledge", inspect_decoded, enforce=_share_data_plane(79), versions=(1, 2)),
+    ApiSpec(90, "DescribeShareGroupOffsets", inspect_decoded, enforce=_enforce_describe_share_offsets, versions=(0, 1)),
+    ApiSpec(91, "AlterShareGroupOffsets", inspect_decoded, enforce=_share_offsets_change(91, READ), versions=(0, 0)),
+    ApiSpec(92, "DeleteShareGroupOffsets", inspect_decoded, enforce=_share_offsets_change(92, DELETE), versions=(0, 0)),
+)
