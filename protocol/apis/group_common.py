@@ -39,7 +39,7 @@ import types
 import typing
 import uuid
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from kio.schema.errors import ErrorCode
 from authz.acl import AclOperation, ResourceType
@@ -104,6 +104,9 @@ DELETE = AclOperation.DELETE
 
 
 
+_EPOCH = datetime.fromtimestamp(0, timezone.utc)
+
+
 def _unwrap(tp):
     """(inner type, optional?, sequence?) of a kio field annotation."""
     optional = seq = False
@@ -136,6 +139,10 @@ def _field_defaults(cls: type) -> tuple[tuple[str, object], ...]:
             value = ErrorCode.none
         elif isinstance(inner, type) and issubclass(inner, timedelta):
             value = timedelta(0)
+        elif isinstance(inner, type) and issubclass(inner, datetime):
+            value = _EPOCH  # an int64 timestamp of 0
+        elif isinstance(inner, type) and issubclass(inner, float):
+            value = 0.0
         elif inner is bool:
             value = False
         elif isinstance(inner, type) and issubclass(inner, bytes):
@@ -148,7 +155,7 @@ def _field_defaults(cls: type) -> tuple[tuple[str, object], ...]:
             value = inner(0)
         elif dataclasses.is_dataclass(inner):
             value = _blank(inner)
-        else:  # pragma: no cover - every kio field type is covered above
+        else:  # a kio field type not covered above: fail loudly, not with a wrong default
             raise TypeError(f"no default for {cls.__name__}.{f.name}: {inner!r}")
         out.append((f.name, value))
     return tuple(out)

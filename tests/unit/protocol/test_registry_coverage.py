@@ -81,3 +81,16 @@ def test_with_an_authorizer_an_api_without_enforcement_is_not_advertised():
     stripped = MappingProxyType({**REGISTRY, 1: replace(REGISTRY[1], enforce=None)})
     assert 1 not in advertised_versions(generous, LOCAL_KEYS, stripped, authorizer=True)
     assert 1 in advertised_versions(generous, LOCAL_KEYS, stripped, authorizer=False)
+
+
+def test_kgw_can_build_a_response_for_every_advertised_version():
+    """Local answers and denials are built from Java's defaults (``group_common._blank``): every
+    field type of every advertised response must have one (timestamps and doubles included)."""
+    from protocol.apis.group_common import _blank
+    from protocol.codecs import decode_response, encode, response_class
+
+    generous = {key: VersionRange(0, 99) for key in range(200)}
+    for key, r in advertised_versions(generous, LOCAL_KEYS, REGISTRY, authorizer=True).items():
+        for v in range(r.min, r.max + 1):
+            body = encode(_blank(response_class(key, v)))
+            decode_response(key, v, body, 0)
