@@ -53,10 +53,10 @@ if logging.getLevelName(TRACE) != "TRACE":
 
 audit_logger = logging.getLogger(AUDIT_LOGGER_NAME)
 
-#: Callables given every DEBUG/INFO-class decision's fields (the ``extra``
-#: dict below), whatever the logger's level; e.g. the audit topic publisher.
-sinks: list = []
-PUBLISH = 1  # a level below TRACE: the decision goes to the sinks only
+#: a level below TRACE: the decision goes to the authorizer's audit sinks only (callables given
+#: every DEBUG/INFO-class decision's fields, whatever the logger's level; e.g. the audit topic
+#: publisher), not to the log
+PUBLISH = 1
 
 
 def _pascal(snake: str) -> str:
@@ -76,28 +76,29 @@ def api_name(api_key: int) -> str:
 class AuditLevels:
     """Which audit levels are enabled, sampled once per authorize call."""
 
-    __slots__ = ("trace", "debug", "info", "allowed_silent")
+    __slots__ = ("trace", "debug", "info", "allowed_silent", "sinks")
 
-    def __init__(self, trace: bool, debug: bool, info: bool) -> None:
+    def __init__(self, trace: bool, debug: bool, info: bool, sinks: tuple = ()) -> None:
         self.trace = trace
         self.debug = debug
         self.info = info
+        self.sinks = sinks
         #: True when no allowed decision can be logged (the default INFO
         #: setup): lets the hot path skip ``level_for`` for allowed actions.
         self.allowed_silent = not (trace or debug or sinks)
 
     @classmethod
-    def current(cls) -> "AuditLevels":
+    def current(cls, sinks: tuple = ()) -> "AuditLevels":
         is_on = audit_logger.isEnabledFor
-        return cls(is_on(TRACE), is_on(logging.DEBUG), is_on(logging.INFO))
+        return cls(is_on(TRACE), is_on(logging.DEBUG), is_on(logging.INFO), sinks)
 
     def level_for(self, allowed: bool, action: "Action") -> int:
         """The level this decision is logged at, or 0 if that level is off."""
         if allowed:
             if action.log_if_allowed:
-                return logging.DEBUG if self.debug else (PUBLISH if sinks else 0)
+                return logging.DEBUG if self.debug else (PUBLISH if self.sinks else 0)
         elif action.log_if_denied:
-            return logging.INFO if self.info else (PUBLISH if sinks else 0)
+            return logging.INFO if self.info else (PUBLISH if self.sinks else 0)
         return TRACE if self.trace else 0
 
 
@@ -121,8 +122,10 @@ def log_decision(
     action: "Action",
     context: "AuthorizableRequestContext",
     rule: object,
+    sinks: tuple = (),
 ) -> None:
-    """Write one audit line at ``level`` (already known to be enabled)."""
+    """Write one audit line at ``level`` (already known to be enabled), and give its fields to
+    ``sinks``."""
     fields = {
             "kgw_principal": principal_key,
             "kgw_allowed": allowed,

@@ -390,6 +390,9 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
         self._initial_load = trio.Event()
         self._write_lock = trio.Lock()
         self._metrics: AuthorizerMetrics | None = None
+        #: callables given every audited decision's fields, whatever the log level (the audit
+        #: topic publisher); a tuple replaced on change, read without a lock from any thread
+        self.audit_sinks: tuple = ()
         self._node_id: int | None = None
 
     # -- lifecycle ------------------------------------------------------------
@@ -453,12 +456,16 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
 
     # -- authorization ----------------------------------------------------------
 
+    def add_audit_sink(self, sink) -> None:
+        """Give ``sink(fields)`` every audited decision (allowed ones too), whatever the log level."""
+        self.audit_sinks = (*self.audit_sinks, sink)
+
     def authorize(self, context: AuthorizableRequestContext, actions: Iterable[Action]) -> list[AuthorizationResult]:
         data = self._data  # one snapshot for the whole batch
         principal = context.principal
         principal_key = f"{principal.principal_type}:{principal.name}"
         host = context.host_address
-        levels = AuditLevels.current()
+        levels = AuditLevels.current(self.audit_sinks)
         allowed_silent = levels.allowed_silent
         results: list[AuthorizationResult] = []
         allowed = 0
@@ -483,7 +490,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
                     suppressed[key] = suppressed.get(key, 0) + 1
                     continue
                 logged += 1
-                log_decision(level, principal_key, result is _ALLOWED, action, context, rule)
+                log_decision(level, principal_key, result is _ALLOWED, action, context, rule, levels.sinks)
         if suppressed:
             _log_suppressed(principal_key, context, suppressed)
         metrics = self._metrics

@@ -347,7 +347,7 @@ class AuditLogHandler(logging.Handler):
     """A ``logging.Handler`` for ``kgw.authorizer`` that offers decisions to a publisher.
 
     Sees only what the logger's level lets through; prefer the decision-point
-    hook (``authz.audit.sinks``)."""
+    hook (``StandardAuthorizer.add_audit_sink``)."""
 
     _FIELDS = ("kgw_principal", "kgw_allowed", "kgw_operation", "kgw_host", "kgw_resource", "kgw_request",
                "kgw_client_id", "kgw_correlation_id", "kgw_listener", "kgw_rule")

@@ -104,7 +104,7 @@ class ConnectionCore:
         self.pending: deque[Slot] = deque()
         self._queued: list[memoryview] = []
         self._enforce_state: dict = {}  # per-connection state of API enforcements (Fetch sessions)
-        self._no_authorizer = AuthHelper(None, None, self._enforce_state)
+        self._no_authorizer = AuthHelper(None, None, self._enforce_state, self.gw.topic_ids)
         self._routes: dict[int, object] = {}  # dispatch_sync's per-(api, version) lookups ...
         self._routes_for = None  # ... valid for this advertised-versions table
         self.in_flight: deque[Slot] = deque()  # forwarded, awaiting the upstream
@@ -319,7 +319,7 @@ class ConnectionCore:
             self.listener_name, self.listener.security_protocol, self.principal, self.client_address,
             header.api_key, header.api_version, header.client_id, header.correlation_id,
         )
-        return AuthHelper(authorizer, context, self._enforce_state)
+        return AuthHelper(authorizer, context, self._enforce_state, self.gw.topic_ids)
 
     def _enforce(self, spec: ApiSpec, auth: AuthHelper, header: RequestHeader, body: memoryview,
                  info: RequestInfo) -> Decision:

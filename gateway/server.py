@@ -29,6 +29,8 @@ from gateway.upstream import UpstreamCluster
 from protocol.apis.api_versions import VersionRange, advertised_versions
 from protocol.apis.registry import LOCAL_KEYS, REGISTRY
 from authz.credentials import CredentialStore
+from protocol.topic_ids import TopicCache
+from authz.audit import AUDIT_LOGGER_NAME
 
 __all__ = ["Gateway", "StartedGateway"]
 
@@ -51,6 +53,8 @@ class Gateway:
         self.authorizer = self._make_authorizer(config)
         self.auth_failures = AuthFailureTracker(self.metrics.registry)
         self.image: MetadataImage | None = None
+        #: topic names and ids learned from upstream responses (requests by topic id)
+        self.topic_ids = TopicCache()
         self.listeners = [Listener(self, lc) for lc in config.listeners]
         self.dynamic_configs = DynamicConfigManager(self)
         self._ready: dict[str, bool] = {lc.name: False for lc in config.listeners}
@@ -159,14 +163,17 @@ class Gateway:
                 await nursery.start(self._run_data_plane)
             await nursery.start(self.cluster.refresh_forever, cfg.upstream.metadata_max_age_ms / 1000)
             if cfg.audit.publish:
-                from authz import audit
                 from gateway.audit_publisher import AuditPublisher
 
                 publisher = AuditPublisher(
                     cfg.audit.topic, max_buffered=cfg.audit.max_buffered,
                     batch_max_events=cfg.audit.batch_max_events, linger_s=cfg.audit.linger_ms / 1000,
                     partitions=cfg.audit.partitions, gateway_name=cfg.cluster_id, registry=self.metrics.registry)
-                audit.sinks.append(publisher.offer)
+                add_sink = getattr(self.authorizer, "add_audit_sink", None)
+                if add_sink is not None:
+                    add_sink(publisher.offer)
+                else:  # another authorizer: its audit log lines are published
+                    logging.getLogger(AUDIT_LOGGER_NAME).addHandler(publisher.handler(logging.INFO))
                 nursery.start_soon(publisher.run, self.cluster)
             admin = None
             if cfg.admin is not None:

@@ -32,7 +32,7 @@ from authz.acl import (
     authorized_operations_bitfield,
 )
 from authz.authorizer import Action, AuthorizableRequestContext, AuthorizationResult, Authorizer
-from protocol.topic_ids import LEARNED
+from protocol.topic_ids import TopicCache
 
 __all__ = ["AuthHelper"]
 
@@ -57,14 +57,17 @@ def _action(resource_type: ResourceType, name: str, op: AclOperation, count: int
 
 
 class AuthHelper:
-    __slots__ = ("authorizer", "context", "connection_state")
+    __slots__ = ("authorizer", "context", "connection_state", "topics")
 
     def __init__(self, authorizer: Authorizer | None, context: AuthorizableRequestContext | None,
-                 connection_state: dict | None = None) -> None:
+                 connection_state: dict | None = None, topics: TopicCache | None = None) -> None:
         self.authorizer = authorizer
         self.context = context
         #: state an API keeps for the client connection (e.g. Fetch sessions); lives as long as it
         self.connection_state = connection_state if connection_state is not None else {}
+        #: the topic names and ids the gateway learned from upstream responses (an empty cache
+        #: without one: every topic id is unknown, requests by id fail closed)
+        self.topics = topics if topics is not None else TopicCache()
 
     @property
     def enabled(self) -> bool:
@@ -108,10 +111,9 @@ class AuthHelper:
         results = self.authorizer.authorize(self.context, actions)
         return authorized_operations_bitfield(op for op, r in zip(supported, results) if r is _ALLOWED)
 
-    @staticmethod
-    def topic_name(topic_id) -> str | None:
+    def topic_name(self, topic_id) -> str | None:
         """The name of a topic id learned from upstream responses, or None."""
-        return LEARNED.name_of(topic_id)
+        return self.topics.name_of(topic_id)
 
     def by_resource_type(self, op: AclOperation, resource_type: ResourceType) -> bool:
         if self.authorizer is None:

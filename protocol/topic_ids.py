@@ -1,4 +1,5 @@
-"""Topic ids and names seen in upstream responses (one upstream cluster per process).
+"""Topic ids and names seen in upstream responses: one cache per gateway (``Gateway.topic_ids``),
+reached by the enforcements through ``AuthHelper.topics``.
 
 Requests from newer clients name topics by id (Fetch v13+, OffsetCommit v10,
 DeleteTopics by id, share APIs); the authorizer needs names.  kgw learns the
@@ -8,10 +9,11 @@ forwards; an id it has never seen resolves to None (UNKNOWN_TOPIC_ID, as Kafka).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from uuid import UUID
 
-__all__ = ["TopicCache", "LEARNED"]
+__all__ = ["TopicCache"]
 
 
 class TopicCache:
@@ -19,12 +21,18 @@ class TopicCache:
 
     def __init__(self, max_entries: int = 200_000) -> None:
         self.max_entries = max_entries
+        #: Trio and the data-plane thread both learn; lookups (one dict read) need no lock
+        self._lock = threading.Lock()
         self._names: OrderedDict[str, UUID | None] = OrderedDict()
         self._ids: dict[UUID, str] = {}
 
     def learn(self, name: str | None, topic_id: UUID | None) -> None:
         if not name:
             return
+        with self._lock:
+            self._learn(name, topic_id)
+
+    def _learn(self, name: str, topic_id: UUID | None) -> None:
         old = self._names.pop(name, None)
         if old is not None and topic_id is None:
             topic_id = old
@@ -38,7 +46,8 @@ class TopicCache:
 
     def forget(self, name: str) -> None:
         """The upstream said ``name`` does not exist (ids are never reused, so the id mapping stays)."""
-        self._names.pop(name, None)
+        with self._lock:
+            self._names.pop(name, None)
 
     def exists(self, name: str) -> bool:
         return name in self._names
@@ -47,9 +56,7 @@ class TopicCache:
         return self._ids.get(topic_id)
 
     def clear(self) -> None:
-        self._names.clear()
-        self._ids.clear()
+        with self._lock:
+            self._names.clear()
+            self._ids.clear()
 
-
-#: module-level: one process serves one upstream cluster (see the module docstring)
-LEARNED = TopicCache()

@@ -59,7 +59,7 @@ byte.  With no authorizer configured Fetch is forwarded untouched.
 
 Topic ids (v13+)
 ----------------
-The authorizer needs names: they come from :data:`protocol.topic_ids.LEARNED`,
+The authorizer needs names: they come from the gateway's learned topic ids (``AuthHelper.topics``),
 the gateway-wide cache of the (name, id) pairs in the upstream Metadata,
 DescribeTopicPartitions and CreateTopics responses kgw forwards (clients learn
 ids from those same responses, so a client's ids are known before it fetches
@@ -84,7 +84,6 @@ from kio.static.primitive import i32 as i32_
 from kio.static.primitive import i64 as i64_
 
 from authz.acl import AclOperation, ResourceType
-from protocol import topic_ids
 from protocol.apis.addresses import rewrite_node_list
 from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RequestInfo
 from protocol.apis.generic import inspect_decoded
@@ -347,7 +346,7 @@ def _with_session(auth: AuthHelper, header: RequestHeader, request,
     cached = sessions.pop(request.session_id, None)
     if cached is None:
         return None
-    after = _session_after(cached, request, topics, version, topic_ids.LEARNED)
+    after = _session_after(cached, request, topics, version, auth.topics)
     if after is None:
         return None
     allowed = auth.filter(ResourceType.TOPIC, AclOperation.READ, {n: len(p) for n, p in after.items()})
@@ -371,7 +370,7 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
         return FORWARD
     request = info.decoded
     version = header.api_version
-    topics = _request_topics(request, version, topic_ids.LEARNED)
+    topics = _request_topics(request, version, auth.topics)
     if _replica_id(request) >= 0:
         if auth.cluster(AclOperation.CLUSTER_ACTION):
             return FORWARD

@@ -24,7 +24,8 @@ requested ids and is filtered by name.
 
 Topic ids.  The gateway learns ``topic id -> name`` (and which names exist)
 from the upstream Metadata, DescribeTopicPartitions and CreateTopics responses
-it merges, in the module-level, bounded :data:`LEARNED` cache.  Ids are unique
+it merges, in the gateway's bounded :class:`~protocol.topic_ids.TopicCache`
+(``AuthHelper.topics``).  Ids are unique
 for the life of a cluster and the cache is filled only from upstream
 responses, so a learned mapping is never wrong; a missing one makes a
 DeleteTopics-by-id entry fail with UNKNOWN_TOPIC_ID (100), as Kafka answers
@@ -45,7 +46,7 @@ from kio.static.primitive import i32
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
-from protocol.topic_ids import LEARNED
+from protocol.topic_ids import TopicCache
 from protocol.codecs import decode_response, encode, make, response_class
 from protocol.errors import (
     INVALID_REQUEST,
@@ -86,14 +87,14 @@ def _md_cluster_ops(auth: AuthHelper, request, response):
     return dataclasses.replace(response, cluster_authorized_operations=i32(ops))
 
 
-def _md_learn(topics) -> None:
+def _md_learn(topics, cache: TopicCache) -> None:
     for t in topics:
         if t.name is None:
             continue
         if t.error_code == 0:
-            LEARNED.learn(t.name, getattr(t, "topic_id", None))
+            cache.learn(t.name, getattr(t, "topic_id", None))
         elif t.error_code == UNKNOWN_TOPIC_OR_PARTITION:
-            LEARNED.forget(t.name)
+            cache.forget(t.name)
 
 
 def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
@@ -139,7 +140,7 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
             topics = response.topics
             if by_id:  # only what was asked for, whatever the upstream added
                 topics = [t for t in topics if getattr(t, "topic_id", None) in wanted_set]
-            _md_learn(topics)
+            _md_learn(topics, auth.topics)
             named = [t for t in topics if t.name is not None and t.error_code != UNKNOWN_TOPIC_ID]
             allowed = auth.filter(TOPIC, Op.DESCRIBE, _distinct(t.name for t in named), log_if_denied=by_id)
             response = _md_cluster_ops(auth, request, response)
@@ -189,7 +190,7 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
 
     def merge_named(buf, off: int) -> bytes:
         response = decode_response(3, version, buf, off)
-        _md_learn(response.topics)
+        _md_learn(response.topics, auth.topics)
         upstream: dict[str, Any] = {}
         for t in response.topics:
             if t.name in wanted and t.name not in upstream:  # a v0 empty list means "all": keep only ours

@@ -37,7 +37,6 @@ from protocol.errors import (
     UNKNOWN_TOPIC_ID,
     UNSUPPORTED_COMPRESSION_TYPE,
 )
-from protocol.topic_ids import LEARNED
 
 from protocol.apis.addresses import rewrite_node_list
 from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RequestInfo
@@ -57,7 +56,7 @@ class TopicSpan:
     def __init__(self, name: str | None, partitions: list[int], start: int, end: int, parts_at: int, parts_end: int,
                  spans: list[tuple[int, int]], invalid: dict[int, tuple[int, str]] | None,
                  topic_id: UUID | None = None) -> None:
-        #: the topic's name; from v13 on resolved from ``topic_id`` (None: an id kgw does not know)
+        #: the topic's name; from v13 on resolved from ``topic_id`` by the enforcement (None: unknown)
         self.name = name
         self.topic_id = topic_id
         self.partitions = partitions
@@ -168,7 +167,7 @@ def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceSha
                 if end_id > len(frame):
                     raise WalkError("buffer ends inside a topic id")
                 topic_id = UUID(bytes=bytes(frame[off:end_id]))
-                name = LEARNED.name_of(topic_id)
+                name = None  # resolved by the enforcement, from the gateway's learned ids
                 off = end_id
             else:
                 name, off = skip_string(frame, off, flexible)
@@ -273,6 +272,9 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
         return FORWARD
     shape: ProduceShape = info.decoded
     version = header.api_version
+    for t in shape.topics:  # v13+: names from the ids the gateway learned (None: unknown id, 100)
+        if t.topic_id is not None:
+            t.name = auth.topic_name(t.topic_id)
     if shape.transactional and (
         shape.transactional_id is None
         or not auth.allowed(ResourceType.TRANSACTIONAL_ID, shape.transactional_id, AclOperation.WRITE)

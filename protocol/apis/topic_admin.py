@@ -12,7 +12,6 @@ from kio.static.primitive import i16, i32
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
-from protocol.topic_ids import LEARNED
 from protocol.codecs import decode_response, encode, make, response_class
 from protocol.errors import (
     INVALID_REQUEST,
@@ -63,7 +62,7 @@ def _enforce_create_topics(auth: AuthHelper, header: RequestHeader, body: memory
 
     def post(entry):
         if entry.error_code == 0:
-            LEARNED.learn(entry.name, getattr(entry, "topic_id", None))
+            auth.topics.learn(entry.name, getattr(entry, "topic_id", None))
             if has_configs and entry.name not in describable:
                 # created, but without DESCRIBE_CONFIGS: no configs, partition count or replication factor
                 return dataclasses.replace(entry, topic_config_error_code=i16(TOPIC_AUTHORIZATION_FAILED),
@@ -108,7 +107,7 @@ def _enforce_create_partitions(auth: AuthHelper, header: RequestHeader, body: me
 def _enforce_delete_topics(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
     """§1.2 DeleteTopics, KRaft (ControllerApis.deleteTopics): CLUSTER:DELETE (D=false) allows all;
     otherwise TOPIC:DESCRIBE then TOPIC:DELETE filters over the provided names and the names of the
-    provided ids (ids resolved through :data:`LEARNED`; unknown → 100)."""
+    provided ids (ids resolved through the gateway's learned topic ids (``AuthHelper.topics``); unknown → 100)."""
     if not auth.enabled:
         return FORWARD
     if auth.cluster(Op.DELETE, log_if_denied=False):
@@ -154,7 +153,7 @@ def _enforce_delete_topics(auth: AuthHelper, header: RequestHeader, body: memory
     for i, c in ids.items():
         if c != 1:
             continue
-        name = LEARNED.name_of(i)
+        name = auth.topics.name_of(i)
         if name is None:
             denied[("i", i)] = [result(None, i, UNKNOWN_TOPIC_ID, _MSG[UNKNOWN_TOPIC_ID])]
         else:
@@ -209,7 +208,7 @@ def _enforce_delete_topics(auth: AuthHelper, header: RequestHeader, body: memory
         response = decode_response(20, version, buf, off)
         for e in response.responses:
             if e.error_code == 0 and e.name:
-                LEARNED.forget(e.name)
+                auth.topics.forget(e.name)
         return encode(dataclasses.replace(response, responses=match(order, response.responses)))
 
     return Decision(request=new_request, merge=merge)

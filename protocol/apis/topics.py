@@ -50,7 +50,7 @@ def _enforce_describe_topic_partitions(auth: AuthHelper, header: RequestHeader, 
     if not request.topics:  # all topics: unauthorized ones are silently left out
         def merge_all(buf, off: int) -> bytes:
             response = decode_response(75, version, buf, off)
-            _md_learn(response.topics)
+            _md_learn(response.topics, auth.topics)
             kept = [t for t in response.topics
                     if t.name is None or auth.allowed(TOPIC, t.name, Op.DESCRIBE)]
             next_cursor = response.next_cursor
@@ -86,7 +86,7 @@ def _enforce_describe_topic_partitions(auth: AuthHelper, header: RequestHeader, 
     def merge(buf, off: int) -> bytes:
         response = decode_response(75, version, buf, off)
         mine = [t for t in response.topics if t.name in allowed]  # whatever else the upstream sent
-        _md_learn(mine)
+        _md_learn(mine, auth.topics)
         upstream = [with_ops(t) for t in mine]
         return encode(dataclasses.replace(response, topics=_ordered(names, denied, upstream, lambda t: t.name)))
 

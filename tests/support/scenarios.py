@@ -64,7 +64,6 @@ from protocol.apis.group_common import _blank
 from protocol.codecs import CodecError, decode_request, decode_response, encode, request_class, response_class
 from protocol.framing import FrameDecoder
 from protocol.headers import parse_request_header
-from protocol.topic_ids import LEARNED
 from tests.support.kio_samples import record_batch
 
 __all__ = ["Scenario", "load_all", "run", "SCENARIO_DIR", "API_KEYS"]
@@ -337,13 +336,11 @@ async def run(scenario: Scenario, version: int, tmp_path: Path) -> Outcome:
     gw.cluster.versions = {key: VersionRange(0, 99) for key in api_key_map}
     await gw.advertised_versions()
     gw.listeners[0].security_protocol = scenario.security_protocol
-    LEARNED.clear()
     for name, topic_id in scenario.topics.items():
-        LEARNED.learn(name, _uuid(topic_id))
+        gw.topic_ids.learn(name, _uuid(topic_id))
     try:
         return await _exchange(gw, scenario, version)
     finally:
-        LEARNED.clear()
         await store.aclose()
 
 

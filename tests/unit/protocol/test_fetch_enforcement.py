@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import ipaddress
-import time
 import uuid
 import warnings
 from dataclasses import replace
@@ -80,10 +79,13 @@ def authorizer(*bindings) -> Recording:
     return a
 
 
+#: the topic-id cache the enforcement under test sees (the gateway's Gateway.topic_ids)
+TOPICS: dict = {0: None}
+
 def helper(a, version=12) -> AuthHelper:
     context = AuthorizableRequestContext("PLAIN", "PLAINTEXT", KafkaPrincipal("User", "alice"),
                                          ipaddress.ip_address("10.0.0.1"), 1, version, "c1", 9)
-    return AuthHelper(a, context)
+    return AuthHelper(a, context, topics=TOPICS[0])
 
 
 READ_ORDERS_AUDIT = (acl("orders"), acl("audit"))
@@ -102,7 +104,7 @@ class Names:
 @pytest.fixture(autouse=True)
 def topic_names(monkeypatch):
     names = Names({ORDERS_ID: "orders", AUDIT_ID: "audit", SECRET_ID: "secret"})  # GHOST_ID: never learned
-    monkeypatch.setattr(topic_ids, "LEARNED", names)
+    monkeypatch.setitem(TOPICS, 0, names)
     return names
 
 
@@ -265,7 +267,7 @@ def _sessionless_request(header, frame, decision, request):
 def session_enforce(a, version, request, state):
     frame = frame_of(version, request)
     header = parse_request_header(frame)
-    auth = AuthHelper(a, helper(a, version).context, state)
+    auth = AuthHelper(a, helper(a, version).context, state, TOPICS[0])
     return header, frame, SPEC.enforce(auth, header, frame, SPEC.inspect(header, frame))
 
 
@@ -457,9 +459,9 @@ def test_unknown_topic_id_gets_100_before_authorization():
 
 
 def test_ids_come_from_the_gateway_topic_cache(monkeypatch):
-    """The contract with protocol.topic_ids: ``LEARNED.learn(name, id)`` / ``LEARNED.name_of(id)``."""
+    """The contract with protocol.topic_ids: the gateway's ``TopicCache.learn(name, id)`` / ``name_of(id)``."""
     cache = topic_ids.TopicCache()
-    monkeypatch.setattr(topic_ids, "LEARNED", cache)
+    monkeypatch.setitem(TOPICS, 0, cache)
     a = authorizer(acl("orders"))
     request = fetch_request(13, [("orders", [0])])
     _h, _f, before = enforce(a, 13, request)

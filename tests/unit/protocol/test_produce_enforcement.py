@@ -24,7 +24,7 @@ from protocol.apis.registry import REGISTRY
 from protocol.codecs import decode_request, decode_response, encode, make, nested, request_class, response_class
 from protocol.headers import parse_request_header
 from tests.support.kio_samples import record_batch
-from tests.unit.protocol.test_topics_enforcement import frame, helper
+from tests.unit.protocol.test_topics_enforcement import TOPICS, frame, helper
 
 SPEC = REGISTRY[0]
 
@@ -149,8 +149,7 @@ def test_acks_zero_naming_only_an_empty_denied_topic_forwards_nothing_of_it_and_
 
 @pytest.fixture
 def learned():
-    from protocol.topic_ids import LEARNED
-
+    LEARNED = TOPICS
     LEARNED.clear()
     ids = {"ok": uuid.uuid4(), "no": uuid.uuid4()}
     for name, topic_id in ids.items():

@@ -26,8 +26,7 @@ from authz.audit import AUDIT_LOGGER_NAME, TRACE
 from authz.authorizer import AuthorizableRequestContext
 from authz.principal import KafkaPrincipal
 from authz.standard_authorizer import StandardAuthorizer
-from protocol.apis import topic_common as T
-from protocol.topic_ids import LEARNED
+from protocol.topic_ids import TopicCache
 from protocol.apis.base import FORWARD, Decision
 from protocol.apis.registry import REGISTRY
 from protocol.auth_helper import AuthHelper
@@ -38,6 +37,8 @@ ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 ALICE = "User:alice"
 MIN = -(2**31)
 TOPIC_ALL_OPS = 3576
+#: the topic ids the gateway under test has learned (Gateway.topic_ids)
+TOPICS = TopicCache()
 CLUSTER_ALL_OPS = 8096
 
 
@@ -63,7 +64,7 @@ def authorizer(*bindings):
 def helper(authz, api_key=3, version=0):
     ctx = AuthorizableRequestContext("PLAIN", "PLAINTEXT", KafkaPrincipal("User", "alice"),
                                      ipaddress.ip_address("10.0.0.1"), api_key, version, "cli", 5)
-    return AuthHelper(authz, ctx)
+    return AuthHelper(authz, ctx, topics=TOPICS)
 
 
 def elem(cls, field):
@@ -118,9 +119,9 @@ def lines(caplog, level, *needles):
 @pytest.fixture(autouse=True)
 def _trace(caplog):
     caplog.set_level(TRACE, logger=AUDIT_LOGGER_NAME)
-    LEARNED.clear()
+    TOPICS.clear()
     yield
-    LEARNED.clear()
+    TOPICS.clear()
 
 
 def req(key, version, **fields):
@@ -338,7 +339,7 @@ def test_metadata_v1_never_forwards_a_topic_without_create_even_one_kgw_saw_exis
     """v0-3 always auto-creates: a topic kgw saw once may have been deleted since, so kgw's memory
     is no reason to forward it (finding 5 of the hostile-client review)."""
     authz = authorizer(acl("a-", Op.DESCRIBE), acl("a-c", Op.CREATE))
-    LEARNED.learn("a-known", None)
+    TOPICS.learn("a-known", None)
     entity = md_request(1, ["a-known", "a-unknown", "a-creatable"])
     d = enforce(entity, authz)
     assert [t.name for t in sent(entity, d).topics] == ["a-creatable"]
@@ -498,7 +499,7 @@ def test_create_topics_per_topic_create_and_describe_configs(caplog):
     assert a1.configs and a1.topic_config_error_code == 0 and a1.num_partitions == 1
     # created without DESCRIBE_CONFIGS: 29 in topicConfigErrorCode, nothing else returned
     assert (a2.topic_config_error_code, a2.num_partitions, a2.replication_factor, a2.configs) == (29, -1, -1, ())
-    assert a2.topic_id == r2.topic_id and LEARNED.name_of(r2.topic_id) == "a-2"
+    assert a2.topic_id == r2.topic_id and TOPICS.name_of(r2.topic_id) == "a-2"
     info = lines(caplog, logging.INFO)
     assert any("Denied operation = CREATE" in m and "Topic:LITERAL:b-1" in m for m in info)
     assert not any("kafka-cluster" in m or "DESCRIBE_CONFIGS" in m for m in info)  # both D=false
@@ -569,7 +570,7 @@ def test_delete_topics_by_id():
     authz = authorizer(acl("a-", Op.DELETE), acl("a-", Op.DESCRIBE), acl("c-", Op.DESCRIBE))
     ida, idb, idc, unknown = (uuid.uuid4() for _ in range(4))
     for name, i in (("a-1", ida), ("b-1", idb), ("c-1", idc)):
-        LEARNED.learn(name, i)
+        TOPICS.learn(name, i)
     entity = dt_request([(None, ida), (None, idb), (None, idc), (None, unknown)])
     d = enforce(entity, authz)
     assert [t.topic_id for t in sent(entity, d).topics] == [ida]
