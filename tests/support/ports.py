@@ -28,16 +28,19 @@ def _can_bind(port: int, host: str = HOST) -> bool:
     return True
 
 
-def free_port(host: str = HOST) -> int:
-    """Return a TCP port on ``host`` that is currently free."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-        if port not in _handed_out:
+def free_port(host: str = HOST, low: int = 12000, high: int = 32000) -> int:
+    """A TCP port on ``host`` that is free now, below the kernel's ephemeral range (32768+):
+    a port handed to a subprocess to bind must not be one an outgoing connection can take
+    in the meantime (a port the OS picked with bind(0) is in that range)."""
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randrange(low, high)
+        if port in _handed_out:
+            continue
+        if _can_bind(port, host):
             _handed_out.add(port)
             return port
-    raise RuntimeError("could not find a free TCP port")
+    raise RuntimeError(f"could not find a free TCP port in {low}-{high}")
 
 
 def free_ports(n: int, host: str = HOST) -> list[int]:
