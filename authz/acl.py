@@ -7,10 +7,10 @@ DeleteAcls 31) and the metadata store exchange is built from the small value
 types in this module.  They mirror ``org.apache.kafka.common.acl`` and
 ``org.apache.kafka.common.resource`` field for field:
 
-* four ``IntEnum`` s whose values *are* the wire codes (fact sheet §0.1).  A
+* four ``IntEnum`` s whose values *are* the wire codes (Kafka's ``AuthHelper``).  A
   code the gateway does not recognise decodes to ``UNKNOWN`` (``_missing_``),
   exactly as the broker reads it; whether that is then an error is decided by
-  the caller (§2.7, §2.8), never by the decoder.
+  the caller (Kafka's ``AclControlManager``), never by the decoder.
 * ``ResourcePattern`` + ``AccessControlEntry`` = ``AclBinding``: one ACL.
 * ``ResourcePatternFilter`` + ``AccessControlEntryFilter`` =
   ``AclBindingFilter``: the query side, with ``matches``,
@@ -23,7 +23,7 @@ decoded CreateAcls creation can be carried to
 ``validate_acl_binding_for_create`` and answered with Kafka's error codes.
 
 Also here: the supported operations per resource type and the KIP-430
-"authorized operations" bitfield helper (§0.1).
+"authorized operations" bitfield helper (Kafka's ``AuthHelper``).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ __all__ = [
     "MAX_ACLS_PER_REQUEST",
 ]
 
-# Kafka error codes used by the ACL model (fact sheet §0.2).
+# Kafka error codes used by the ACL model (Kafka's ``Errors``).
 NONE_ERROR = 0
 UNKNOWN_SERVER_ERROR = -1
 INVALID_REQUEST = 42
@@ -66,7 +66,7 @@ INVALID_REQUEST = 42
 POLICY_VIOLATION = 44
 
 #: Kafka's controller refuses a single CreateAcls/DeleteAcls request that
-#: would write more than this many records (fact sheet §2.7, §2.8).  Only
+#: would write more than this many records (Kafka's ``AclControlManager``).  Only
 #: valid, new, distinct ACLs count towards the create limit.
 MAX_ACLS_PER_REQUEST = 10_000
 
@@ -160,7 +160,7 @@ class ResourcePattern:
     """A resource (type, name) and how ``name`` is matched (LITERAL/PREFIXED).
 
     LITERAL ``*`` is the wildcard resource; PREFIXED ``*`` is *not* a wildcard:
-    it only covers names that begin with ``*`` (fact sheet §2.1 step 5).
+    it only covers names that begin with ``*`` (``StandardAuthorizerData``'s rule 5).
     """
 
     resource_type: ResourceType
@@ -175,7 +175,7 @@ class ResourcePattern:
         return ResourcePatternFilter(self.resource_type, self.name, self.pattern_type)
 
     def audit_text(self) -> str:
-        """``Topic:LITERAL:orders``: the form used in audit lines (§3)."""
+        """``Topic:LITERAL:orders``: the form used in audit lines (Kafka's ``kafka.authorizer.logger``)."""
         return f"{self.resource_type.pascal_name}:{self.pattern_type.name}:{self.name}"
 
     def __str__(self) -> str:
@@ -191,7 +191,7 @@ class AccessControlEntry:
     may or may not (permission) do what (operation).
 
     The principal is kept as *text*, as on the wire; the authorizer parses it
-    once when the ACL enters its index.  The host is never validated (§2.8):
+    once when the ACL enters its index.  The host is never validated (Kafka's ``AclControlManager``):
     only ``*`` and an exact client-IP text ever match.
     """
 
@@ -233,7 +233,7 @@ class AclBinding:
 
 
 # --------------------------------------------------------------------------
-# Filters (fact sheet §2.7)
+# Filters (Kafka's ``AclBindingFilter`` matching)
 # --------------------------------------------------------------------------
 
 
@@ -374,7 +374,7 @@ AclBindingFilter.ANY = AclBindingFilter(ResourcePatternFilter.ANY, AccessControl
 
 
 # --------------------------------------------------------------------------
-# CreateAcls validation (fact sheet §2.8), in Kafka's order
+# CreateAcls validation (Kafka's ``AclControlManager.validateNewAcl``), in Kafka's order
 # --------------------------------------------------------------------------
 
 
@@ -383,7 +383,7 @@ def validate_acl_binding_for_create(binding: AclBinding) -> tuple[int, str | Non
 
     Returns ``None`` if the binding may be stored, else ``(error_code, message)``.
 
-    Order (fact sheet §2.8; the parse-level UNKNOWN-code-0 and v0 checks, and
+    Order (Kafka's ``AclControlManager.validateNewAcl``; the parse-level UNKNOWN-code-0 and v0 checks, and
     the CLUSTER:ALTER / no-authorizer checks, belong to the request handler):
 
     1. ANY/MATCH pattern type, ANY resource type, ANY operation or ANY
@@ -441,7 +441,7 @@ MAX_RECORD_STRING_BYTES = 0x7FFF
 # --------------------------------------------------------------------------
 
 _Op = AclOperation
-#: Operations each resource type supports (fact sheet §0.1).  ALL is never
+#: Operations each resource type supports (Kafka's ``AuthHelper``).  ALL is never
 #: part of an authorized-operations answer.
 SUPPORTED_OPERATIONS: Mapping[ResourceType, frozenset[AclOperation]] = MappingProxyType(
     {

@@ -26,7 +26,7 @@ lookups — principal in {caller, ``User:*``} × host in {client IP, ``*``} —
 so ACLs of other principals or hosts are never visited
 (Kafka's StandardAuthorizerData walks them all), yet a non-empty bucket still
 tells it "this resource has ACLs", which ``allow.everyone.if.no.acl.found``
-needs (fact sheet §7.3).
+needs (docs/authorization.md).
 
 Immutability and swapping
 -------------------------
@@ -467,7 +467,7 @@ class AclIndex:
         return any(other.value_key == acl.value_key for other in bucket.get(acl.bucket_key, ()))
 
     def matching(self, binding_filter: AclBindingFilter) -> Iterator[tuple[uuid.UUID, StandardAcl]]:
-        """(id, acl) pairs matching the filter (fact sheet §2.7).
+        """(id, acl) pairs matching the filter (Kafka's ``AclBindingFilter`` matching).
 
         Uses the index to narrow by resource type and name; the filter's own
         ``matches`` is the final word.
@@ -486,7 +486,7 @@ class AclIndex:
     def by_type_decision(
         self, resource_type: ResourceType, principal_key: str, host: str, op: AclOperation
     ) -> bool:
-        """The ACL part of KIP-679 (fact sheet §2.6 steps 2-6): True = ALLOWED.
+        """The ACL part of KIP-679 (Kafka's ``Authorizer.authorizeByResourceType``): True = ALLOWED.
 
         Looks only at the ≤8 groups (principal ∈ {caller, ``User:*``}) ×
         (host ∈ {client, ``*``}) × (operation ∈ {op, ALL}) — exact operation,

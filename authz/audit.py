@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Every action an authorizer decides produces at most one line on the
-dedicated logger ``kgw.authorizer``.  The level follows Kafka (fact sheet §3):
+dedicated logger ``kgw.authorizer``.  The level follows Kafka (Kafka's ``kafka.authorizer.logger``):
 
 =========================  ==========================
 decision                   level

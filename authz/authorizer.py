@@ -118,7 +118,7 @@ class ConfigError(ValueError):
 def jvm_host_address(address: IPAddress | None) -> str:
     """Format a client IP the way the JVM's ``InetAddress.getHostAddress`` does.
 
-    ACL host text is compared with this string (fact sheet §7.1):
+    ACL host text is compared with this string (docs/authorization.md):
 
     * IPv4: dotted decimal.
     * IPv4-mapped IPv6 (``::ffff:a.b.c.d``): plain IPv4, as the JVM reports it.
@@ -277,7 +277,7 @@ class Authorizer(abc.ABC):
     ) -> AuthorizationResult:
         """KIP-679: is the caller allowed ``op`` on *some* resource of the type?
 
-        This is the interface default (fact sheet §2.6), written straight from
+        This is the interface default (Kafka's ``Authorizer.authorizeByResourceType``), written straight from
         the rules and deliberately simple: it lists every ACL of the type.
         ``StandardAuthorizer`` overrides it with an indexed version that gives
         the same answers.

@@ -11,7 +11,7 @@ KIP-111: the principal builder may return a *subclass* carrying extra fields
 exact object to ``Authorizer.authorize()`` inside the request context; nothing
 on the way may rebuild it from its text.  ACL matching, however, only ever
 looks at the type and the name: ``StandardAuthorizer`` reduces every principal
-to its ``Type:Name`` key (fact sheet §2.1 step 1), so a subclass matches the
+to its ``Type:Name`` key (``StandardAuthorizerData``'s rule 1), so a subclass matches the
 same ACLs as the plain principal.
 
 Equality and hashing are on ``(principal_type, name)`` only — the

@@ -16,7 +16,7 @@ and asks the listener's :class:`KafkaPrincipalBuilder` for a
   default builder ignores it, as Kafka's does).
 
 :class:`DefaultKafkaPrincipalBuilder` reproduces Kafka's
-``DefaultKafkaPrincipalBuilder`` (fact sheet §6.1):
+``DefaultKafkaPrincipalBuilder`` (Kafka's ``DefaultKafkaPrincipalBuilder``):
 
 =====================================  =========================================
 PLAINTEXT                              ``User:ANONYMOUS``

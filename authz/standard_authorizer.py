@@ -161,7 +161,7 @@ def _rule_of(acl: StandardAcl) -> MatchingAclRule:
 
 
 # ==========================================================================
-# The decision rules — fact sheet §2.1, all in one place.
+# The decision rules — Kafka's ``StandardAuthorizerData``, all in one place.
 # ==========================================================================
 
 _Op = AclOperation
@@ -181,7 +181,7 @@ _DENY_OPS_FOR: dict[AclOperation, frozenset[AclOperation]] = {op: frozenset({op,
 
 
 def _decide(data: "_Data", principal_key: str, host: str, action: Action) -> MatchingRule:
-    """Decide one action.  Steps follow fact sheet §2.1:
+    """Decide one action.  Steps follow Kafka's ``StandardAuthorizerData``:
 
     0. The resource pattern must be LITERAL (the request layer only asks
        about concrete resources).
@@ -501,8 +501,8 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
     def authorize_by_resource_type(
         self, context: AuthorizableRequestContext, op: AclOperation, resource_type: ResourceType
     ) -> AuthorizationResult:
-        """KIP-679 with the interface default's exact semantics (fact sheet
-        §2.6), answered from the index instead of listing every ACL."""
+        """KIP-679 with the interface default's exact semantics (Kafka's
+        ``Authorizer.authorizeByResourceType``), answered from the index instead of listing every ACL."""
         check_by_resource_type_args(op, resource_type)
         probe = Action(
             _hardcode_pattern(resource_type), op, resource_reference_count=0, log_if_allowed=True, log_if_denied=False

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-(a) Kafka's ``AuthorizerBenchmark`` worst case (fact sheet §5), rebuilt for
+(a) Kafka's ``AuthorizerBenchmark`` worst case, rebuilt for
     ``StandardAuthorizer``: N resources ``foo-bar35_resource-<i>`` (every 10th
     a GROUP, every 5th PREFIXED), each with ``--acls`` ALLOW READ ACLs for
     ``User:test-user``, ``User:test-user1`` … and DENY copies with probability

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 API modules never build :class:`~authz.authorizer.Action` objects by hand;
 they ask one of these questions, each matching a call site pattern of Kafka's
-request layer (fact sheet §0.1):
+request layer (Kafka's ``AuthHelper``):
 
 * :meth:`AuthHelper.allowed` — a single check on one LITERAL resource;
 * :meth:`AuthHelper.filter` — the batch filter: one action per *distinct*

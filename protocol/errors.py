@@ -1,4 +1,4 @@
-"""Kafka error codes kgw answers with (fact sheet §0.2); names as Kafka spells them."""
+"""Kafka error codes kgw answers with (Kafka's ``Errors``); names as Kafka spells them."""
 
 NONE = 0
 UNKNOWN_SERVER_ERROR = -1

@@ -90,9 +90,9 @@ MUTATIONS = (
              "        size = len(frame)\n        return False\n        if size <= self._offload_request:",
              ("tests/unit/gateway/test_connection.py",)),
     Mutation("scenarios: JoinGroup authorized with DESCRIBE instead of READ", "protocol/apis/classic_groups.py",
-             '    """§1.1 JoinGroup: GROUP:READ, W 30 (JoinGroupRequest.getErrorResponse)."""\n'
+             '    """JoinGroup (docs/authorization.md): GROUP:READ, W 30 (JoinGroupRequest.getErrorResponse)."""\n'
              "    if not auth.enabled or auth.allowed(GROUP, info.decoded.group_id, READ):",
-             '    """§1.1 JoinGroup: GROUP:READ, W 30 (JoinGroupRequest.getErrorResponse)."""\n'
+             '    """JoinGroup (docs/authorization.md): GROUP:READ, W 30 (JoinGroupRequest.getErrorResponse)."""\n'
              "    if not auth.enabled or auth.allowed(GROUP, info.decoded.group_id, DESCRIBE):",
              ("tests/unit/protocol/test_scenarios.py",)),
 )

@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 These never reach the upstream: kgw's authorizer and its metadata log are the
-ACL store.  Each handler follows Kafka's ``AclApis`` (fact sheet §1.2, §2.7,
-§2.8):
+ACL store.  Each handler follows Kafka's ``AclApis`` (docs/authorization.md; Kafka's
+``AclControlManager``):
 
 1. a code 0 (UNKNOWN) in any enum field fails the request parse: the
    connection is closed (:class:`~protocol.apis.base.RefuseRequest`);

@@ -1,4 +1,4 @@
-"""Admin and security APIs that name no topic, group or transaction (fact sheet §1.2).
+"""Admin and security APIs that name no topic, group or transaction (docs/authorization.md).
 
 Theory of operation
 -------------------

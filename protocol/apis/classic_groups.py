@@ -30,7 +30,7 @@ def _inspect_join(header: RequestHeader, frame: memoryview) -> RequestInfo:
 
 
 def _enforce_join(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.1 JoinGroup: GROUP:READ, W 30 (JoinGroupRequest.getErrorResponse)."""
+    """JoinGroup (docs/authorization.md): GROUP:READ, W 30 (JoinGroupRequest.getErrorResponse)."""
     if not auth.enabled or auth.allowed(GROUP, info.decoded.group_id, READ):
         return FORWARD
     v = header.api_version
@@ -50,7 +50,7 @@ def _group_read_whole(key: int):
 
 
 def _enforce_sync(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.1 SyncGroup: v5+ missing protocol type/name -> 82 before auth; then GROUP:READ, W 30."""
+    """SyncGroup (docs/authorization.md): v5+ missing protocol type/name -> 82 before auth; then GROUP:READ, W 30."""
     if not auth.enabled:
         return FORWARD
     request = info.decoded
@@ -63,7 +63,7 @@ def _enforce_sync(auth: AuthHelper, header: RequestHeader, body: memoryview, inf
 
 
 def _enforce_offset_commit(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.1 OffsetCommit: GROUP:READ (W 30 on every partition), then TOPIC:READ filter (R 29)."""
+    """OffsetCommit (docs/authorization.md): GROUP:READ (W 30 on every partition), then TOPIC:READ filter (R 29)."""
     if not auth.enabled:
         return FORWARD
     request = info.decoded
@@ -141,7 +141,7 @@ def _plan_fetch_group(auth: AuthHelper, group_id: str, topics, by_id: bool) -> _
 
 
 def _enforce_offset_fetch(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.1 OffsetFetch: GROUP:DESCRIBE per group; TOPIC:DESCRIBE filter on named topics (R 29)
+    """OffsetFetch (docs/authorization.md): GROUP:DESCRIBE per group; TOPIC:DESCRIBE filter on named topics (R 29)
     or on the coordinator's answer for "all topics" (F, denials logged)."""
     if not auth.enabled:
         return FORWARD
@@ -270,7 +270,7 @@ def _offset_fetch_batched(auth: AuthHelper, v: int, request) -> Decision:
 
 
 def _enforce_list_groups(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.1 ListGroups: CLUSTER:DESCRIBE (D=false) returns all; else per-group DESCRIBE (D=false) filter."""
+    """ListGroups (docs/authorization.md): CLUSTER:DESCRIBE (D=false) returns all; else per-group DESCRIBE (D=false) filter."""
     if not auth.enabled or auth.cluster(DESCRIBE, log_if_denied=False):
         return FORWARD
     v = header.api_version
@@ -284,7 +284,7 @@ def _enforce_list_groups(auth: AuthHelper, header: RequestHeader, body: memoryvi
 
 
 def _enforce_delete_groups(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.1 DeleteGroups: GROUP:DELETE filter on the distinct groups (refCount 1), R 30."""
+    """DeleteGroups (docs/authorization.md): GROUP:DELETE filter on the distinct groups (refCount 1), R 30."""
     if not auth.enabled:
         return FORWARD
     request = info.decoded
@@ -314,7 +314,7 @@ def _enforce_delete_groups(auth: AuthHelper, header: RequestHeader, body: memory
 
 
 def _enforce_offset_delete(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.1 OffsetDelete: GROUP:DELETE (W top-level 30), then TOPIC:READ filter (R 29 per partition).
+    """OffsetDelete (docs/authorization.md): GROUP:DELETE (W top-level 30), then TOPIC:READ filter (R 29 per partition).
     The coordinator is called even with no topic left (group-level errors win), as in Kafka."""
     if not auth.enabled:
         return FORWARD

@@ -25,7 +25,7 @@ __all__ = ["SPECS"]
 
 
 def _enforce_describe_cluster(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.2 DescribeCluster: no check on the body; cluster authorized ops when requested
+    """DescribeCluster (docs/authorization.md): no check on the body; cluster authorized ops when requested
     (CLUSTER:DESCRIBE T/T first, 0 if denied), computed by kgw."""
     if not auth.enabled:
         return FORWARD
@@ -45,7 +45,7 @@ def _enforce_describe_cluster(auth: AuthHelper, header: RequestHeader, body: mem
 
 
 def _enforce_describe_log_dirs(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.2 DescribeLogDirs: CLUSTER:DESCRIBE; v3+ top-level 31 with empty results, v1-2 empty results."""
+    """DescribeLogDirs (docs/authorization.md): CLUSTER:DESCRIBE; v3+ top-level 31 with empty results, v1-2 empty results."""
     if not auth.enabled or auth.cluster(Op.DESCRIBE):
         return FORWARD
     cls = response_class(35, header.api_version)
@@ -55,7 +55,7 @@ def _enforce_describe_log_dirs(auth: AuthHelper, header: RequestHeader, body: me
 
 def _enforce_alter_replica_log_dirs(auth: AuthHelper, header: RequestHeader, body: memoryview,
                                     info: RequestInfo) -> Decision:
-    """§1.2 AlterReplicaLogDirs: CLUSTER:ALTER; W 31 on every partition (one result per dir and topic)."""
+    """AlterReplicaLogDirs (docs/authorization.md): CLUSTER:ALTER; W 31 on every partition (one result per dir and topic)."""
     if not auth.enabled or auth.cluster(Op.ALTER):
         return FORWARD
     request = info.decoded
@@ -70,7 +70,7 @@ def _enforce_alter_replica_log_dirs(auth: AuthHelper, header: RequestHeader, bod
 
 
 def _enforce_elect_leaders(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.2 ElectLeaders: CLUSTER:ALTER (thrown); W top-level 31 (v1+) plus 31 on each listed partition."""
+    """ElectLeaders (docs/authorization.md): CLUSTER:ALTER (thrown); W top-level 31 (v1+) plus 31 on each listed partition."""
     if not auth.enabled or auth.cluster(Op.ALTER):
         return FORWARD
     request = info.decoded
@@ -89,7 +89,7 @@ def _enforce_elect_leaders(auth: AuthHelper, header: RequestHeader, body: memory
 
 def _enforce_alter_partition_reassignments(auth: AuthHelper, header: RequestHeader, body: memoryview,
                                            info: RequestInfo) -> Decision:
-    """§1.2 AlterPartitionReassignments: CLUSTER:ALTER (thrown); W top-level plus per-partition 31."""
+    """AlterPartitionReassignments (docs/authorization.md): CLUSTER:ALTER (thrown); W top-level plus per-partition 31."""
     if not auth.enabled or auth.cluster(Op.ALTER):
         return FORWARD
     request = info.decoded
@@ -109,7 +109,7 @@ def _enforce_alter_partition_reassignments(auth: AuthHelper, header: RequestHead
 
 def _enforce_list_partition_reassignments(auth: AuthHelper, header: RequestHeader, body: memoryview,
                                           info: RequestInfo) -> Decision:
-    """§1.2 ListPartitionReassignments: CLUSTER:DESCRIBE (thrown); W 31, requested partitions echoed empty."""
+    """ListPartitionReassignments (docs/authorization.md): CLUSTER:DESCRIBE (thrown); W 31, requested partitions echoed empty."""
     if not auth.enabled or auth.cluster(Op.DESCRIBE):
         return FORWARD
     request = info.decoded

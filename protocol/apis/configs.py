@@ -18,7 +18,7 @@ A request names config resources; kgw splits it by resource type:
   AlterConfigs), those resources get UNSUPPORTED_VERSION (35) with a message
   naming the API: never a hang, never a closed connection.
 
-Per resource, in Kafka's order (fact sheet §1 rows 32, 33, 44):
+Per resource, in Kafka's order (docs/authorization.md):
 
 1. structural validation (alter APIs): a resource named twice in one request
    → INVALID_REQUEST (42) for each copy; duplicate keys, null values (except

@@ -29,7 +29,7 @@ def _topics_of_consumer_group(group, with_target: bool):
 
 
 def _enforce_consumer_heartbeat(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.1 ConsumerGroupHeartbeat: GROUP:READ (W 30); non-empty SubscribedTopicNames: TOPIC:DESCRIBE
+    """ConsumerGroupHeartbeat (docs/authorization.md): GROUP:READ (W 30); non-empty SubscribedTopicNames: TOPIC:DESCRIBE
     on every distinct name, any denied -> W 29."""
     if not auth.enabled:
         return FORWARD

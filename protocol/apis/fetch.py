@@ -11,7 +11,7 @@ response passes untouched.  Otherwise the body is rebuilt as the untouched
 bytes up to the tagged section followed by a freshly encoded tagged section:
 the record slices are never decoded or re-encoded.
 
-Authorization (fact sheet §1.1, Fetch row; Kafka's ``KafkaApis.handleFetchRequest``)
+Authorization (Kafka's ``KafkaApis.handleFetchRequest``; docs/authorization.md)
 -------------------------------------------------------------------------------------
 * **Follower fetch** (``replica_id`` >= 0, from v15 on ``replica_state.replica_id``):
   one check of CLUSTER:CLUSTER_ACTION.  Allowed: forwarded as is.  Denied:
@@ -41,8 +41,8 @@ Authorization (fact sheet §1.1, Fetch row; Kafka's ``KafkaApis.handleFetchReque
 Fetch sessions (KIP-227)
 ------------------------
 Kafka re-authorizes every partition *cached in an incremental fetch session*
-on each fetch, not only the partitions the request lists (fact sheet §1.1 and
-§7 item 5).  kgw keeps, per client connection (``auth.connection_state``),
+on each fetch, not only the partitions the request lists (Kafka's
+``KafkaApis.handleFetchRequest``).  kgw keeps, per client connection (``auth.connection_state``),
 the partitions of each session it saw created: a full fetch that creates one
 (epoch 0) is authorized as a whole and forwarded untouched, and the session id
 the upstream assigns is read from its response (no copy); each incremental
@@ -365,7 +365,7 @@ def _sessionless(header: RequestHeader, body: memoryview, request) -> Decision:
 
 
 def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """Fact sheet §1.1 Fetch: follower CLUSTER:CLUSTER_ACTION, consumer TOPIC:READ per topic."""
+    """Fetch (docs/authorization.md): follower CLUSTER:CLUSTER_ACTION, consumer TOPIC:READ per topic."""
     if not auth.enabled:
         return FORWARD
     request = info.decoded

@@ -36,7 +36,7 @@ def _coordinator_check(auth: AuthHelper, key_type: int, key: str) -> int:
 
 
 def _enforce_find_coordinator(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.1 FindCoordinator: GROUP:DESCRIBE / TRANSACTIONAL_ID:DESCRIBE on the key(s);
+    """FindCoordinator (docs/authorization.md): GROUP:DESCRIBE / TRANSACTIONAL_ID:DESCRIBE on the key(s);
     SHARE keys (v6+) CLUSTER:CLUSTER_ACTION, thrown: every key 31."""
     if not auth.enabled:
         return FORWARD

@@ -98,7 +98,7 @@ def _md_learn(topics, cache: TopicCache) -> None:
 
 
 def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.1 Metadata: DESCRIBE filter (D=false for all-topics), auto-create CREATE checks,
+    """Metadata (docs/authorization.md): DESCRIBE filter (D=false for all-topics), auto-create CREATE checks,
     topic ops (v8+) and cluster ops (v8-10) computed by kgw."""
     if not auth.enabled:
         return FORWARD

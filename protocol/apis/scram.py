@@ -20,7 +20,7 @@ over the wire is usable by the very next SaslAuthenticate (and a deleted one
 is refused by it).  Connections already authenticated stay authenticated, as
 on a broker (no re-authentication, KIP-368 is off).
 
-Request handling follows Kafka (fact sheet §1, rows 50 and 51; ScramImage,
+Request handling follows Kafka (docs/authorization.md; ScramImage,
 ScramControlManager):
 
 DescribeUserScramCredentials

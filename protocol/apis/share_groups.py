@@ -23,7 +23,7 @@ __all__ = ["SPECS"]
 
 
 def _enforce_share_heartbeat(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.1 ShareGroupHeartbeat: GROUP:READ (W 30); invalid member id -> 42 (after auth);
+    """ShareGroupHeartbeat (docs/authorization.md): GROUP:READ (W 30); invalid member id -> 42 (after auth);
     TOPIC:DESCRIBE on every subscribed name, any denied -> W 29."""
     if not auth.enabled:
         return FORWARD
@@ -100,7 +100,7 @@ def _share_data_plane(key: int):
 
 def _enforce_describe_share_offsets(auth: AuthHelper, header: RequestHeader, body: memoryview,
                                     info: RequestInfo) -> Decision:
-    """§1.1 DescribeShareGroupOffsets: GROUP:DESCRIBE per group (R 30); named topics TOPIC:DESCRIBE
+    """DescribeShareGroupOffsets (docs/authorization.md): GROUP:DESCRIBE per group (R 30); named topics TOPIC:DESCRIBE
     (R 29 per partition, with message); all topics (null): F on the coordinator's answer."""
     if not auth.enabled:
         return FORWARD

@@ -35,7 +35,7 @@ def _topics_of_streams_group(group):
 
 
 def _enforce_streams_heartbeat(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.1 StreamsGroupHeartbeat: GROUP:READ (W 30); topology topics: internal or invalid -> 130;
+    """StreamsGroupHeartbeat (docs/authorization.md): GROUP:READ (W 30); topology topics: internal or invalid -> 130;
     TOPIC:DESCRIBE on all of them, any denied -> W 29.  (The CREATE check on internal topics the
     coordinator wants created cannot be made by kgw; see the report.)"""
     if not auth.enabled:

@@ -26,7 +26,7 @@ __all__ = ["SPECS"]
 
 
 def _enforce_create_topics(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.2 CreateTopics (ControllerApis.createTopics): duplicates and __cluster_metadata → 42 (not
+    """docs/authorization.md CreateTopics (ControllerApis.createTopics): duplicates and __cluster_metadata → 42 (not
     authorized); CLUSTER:CREATE (D=false) else TOPIC:CREATE filter; TOPIC:DESCRIBE_CONFIGS filter
     (D=false) for the configs of created topics."""
     if not auth.enabled:
@@ -81,7 +81,7 @@ def _enforce_create_topics(auth: AuthHelper, header: RequestHeader, body: memory
 
 def _enforce_create_partitions(auth: AuthHelper, header: RequestHeader, body: memoryview,
                                info: RequestInfo) -> Decision:
-    """§1.2 CreatePartitions: duplicates → 42 (not authorized); TOPIC:ALTER filter; R 29, no message."""
+    """CreatePartitions (docs/authorization.md): duplicates → 42 (not authorized); TOPIC:ALTER filter; R 29, no message."""
     if not auth.enabled:
         return FORWARD
     request = info.decoded
@@ -105,7 +105,7 @@ def _enforce_create_partitions(auth: AuthHelper, header: RequestHeader, body: me
 
 
 def _enforce_delete_topics(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.2 DeleteTopics, KRaft (ControllerApis.deleteTopics): CLUSTER:DELETE (D=false) allows all;
+    """docs/authorization.md DeleteTopics, KRaft (ControllerApis.deleteTopics): CLUSTER:DELETE (D=false) allows all;
     otherwise TOPIC:DESCRIBE then TOPIC:DELETE filters over the provided names and the names of the
     provided ids (ids resolved through the gateway's learned topic ids (``AuthHelper.topics``); unknown → 100)."""
     if not auth.enabled:

@@ -25,7 +25,7 @@ __all__ = ["SPECS"]
 
 def _enforce_describe_topic_partitions(auth: AuthHelper, header: RequestHeader, body: memoryview,
                                        info: RequestInfo) -> Decision:
-    """§1.2 DescribeTopicPartitions: TOPIC:DESCRIBE one call per topic (D=true even for all topics);
+    """DescribeTopicPartitions (docs/authorization.md): TOPIC:DESCRIBE one call per topic (D=true even for all topics);
     topic authorized operations always computed."""
     if not auth.enabled:
         return FORWARD
@@ -107,7 +107,7 @@ def _filter_topics(auth: AuthHelper, op, api_key: int, version: int, request, na
 
 
 def _enforce_list_offsets(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.1 ListOffsets: TOPIC:DESCRIBE batch filter (refCount = topic entries); R 29 per partition."""
+    """ListOffsets (docs/authorization.md): TOPIC:DESCRIBE batch filter (refCount = topic entries); R 29 per partition."""
     if not auth.enabled:
         return FORWARD
     version = header.api_version
@@ -124,7 +124,7 @@ def _enforce_list_offsets(auth: AuthHelper, header: RequestHeader, body: memoryv
 
 def _enforce_offset_for_leader_epoch(auth: AuthHelper, header: RequestHeader, body: memoryview,
                                      info: RequestInfo) -> Decision:
-    """§1.1 OffsetForLeaderEpoch: CLUSTER:CLUSTER_ACTION (D=false) allows all; else TOPIC:DESCRIBE filter."""
+    """OffsetForLeaderEpoch (docs/authorization.md): CLUSTER:CLUSTER_ACTION (D=false) allows all; else TOPIC:DESCRIBE filter."""
     if not auth.enabled:
         return FORWARD
     if auth.cluster(Op.CLUSTER_ACTION, log_if_denied=False):
@@ -142,7 +142,7 @@ def _enforce_offset_for_leader_epoch(auth: AuthHelper, header: RequestHeader, bo
 
 
 def _enforce_delete_records(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """§1.2 DeleteRecords: TOPIC:DELETE batch filter; R 29 per partition, low watermark -1."""
+    """DeleteRecords (docs/authorization.md): TOPIC:DELETE batch filter; R 29 per partition, low watermark -1."""
     if not auth.enabled:
         return FORWARD
     version = header.api_version
@@ -159,7 +159,7 @@ def _enforce_delete_records(auth: AuthHelper, header: RequestHeader, body: memor
 
 def _enforce_describe_producers(auth: AuthHelper, header: RequestHeader, body: memoryview,
                                 info: RequestInfo) -> Decision:
-    """§1.1 DescribeProducers: per topic entry, an invalid name gives 17 (no check), else one
+    """DescribeProducers (docs/authorization.md): per topic entry, an invalid name gives 17 (no check), else one
     TOPIC:READ check (T/T, refCount 1); R 29 on each requested partition."""
     if not auth.enabled:
         return FORWARD

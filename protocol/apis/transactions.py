@@ -1,4 +1,4 @@
-"""Transaction APIs: authorization as Kafka's request layer does it (fact sheet §1.1).
+"""Transaction APIs: authorization as Kafka's request layer does it (docs/authorization.md).
 
 Theory of operation
 -------------------

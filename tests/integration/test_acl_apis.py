@@ -1,6 +1,6 @@
 """The ACL admin APIs answered by kgw, driven by kafka-python's admin client and the Java AdminClient.
 
-Expectations are Kafka's filter semantics (fact sheet §2.7, §2.8): MATCH returns the LITERAL
+Expectations are Kafka's filter semantics (Kafka's ``AclControlManager``): MATCH returns the LITERAL
 ACL on the name and PREFIXED ACLs whose prefix starts it; LITERAL/PREFIXED/ANY filters need
 the exact name; a CLUSTER ACL must be named kafka-cluster; a principal needs a colon.
 """

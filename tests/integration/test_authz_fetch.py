@@ -163,7 +163,7 @@ def test_fetch_only_denied_topic_is_answered_by_kgw(authz_gateway, topics):
 
 
 def test_fetch_v16_by_ids_kgw_has_not_learned_gets_unknown_topic_id(authz_gateway, tansu, topics):
-    """No Metadata response has passed through this gateway, so it cannot name the ids (fact sheet:
+    """No Metadata response has passed through this gateway, so it cannot name the ids (as Kafka:
     unknown topic id -> 100 before the auth check); nothing is forwarded, nothing leaks."""
     ids = topic_ids(tansu.bootstrap, topics.a, topics.b)
     via = RawConnection(authz_gateway.bootstrap)

@@ -1,5 +1,5 @@
-"""ACL value types: wire codes, filters (fact sheet §2.7), create validation
-(§2.8), KIP-430 bitfields, principal parsing (§6.4)."""
+"""ACL value types: wire codes, filters (Kafka's ``AclBindingFilter`` matching), create validation
+(Kafka's ``AclControlManager``), KIP-430 bitfields, principal parsing (KafkaPrincipal)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_audit_text_of_pattern():
     assert ResourcePattern(RT.CLUSTER, "kafka-cluster", PT.LITERAL).audit_text() == "Cluster:LITERAL:kafka-cluster"
 
 
-# -- resource pattern filters (§2.7) --------------------------------------------------
+# -- resource pattern filters (AclBindingFilter) --------------------------------------------------
 
 
 def test_filter_any_type_and_null_name_match_everything():
@@ -144,7 +144,7 @@ def test_is_unknown():
     assert not AclBindingFilter.ANY.is_unknown
 
 
-# -- CreateAcls validation (§2.8) ------------------------------------------------------
+# -- CreateAcls validation (Kafka's ``AclControlManager``) ------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -215,7 +215,7 @@ def test_bitfield_never_sets_all_and_omitted_value():
     assert AUTHORIZED_OPERATIONS_OMITTED == -2147483648
 
 
-# -- principals (§6.4) -------------------------------------------------------------------------
+# -- principals (KafkaPrincipal) -------------------------------------------------------------------------
 
 
 def test_parse_splits_at_first_colon():

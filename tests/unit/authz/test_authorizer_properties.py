@@ -1,7 +1,7 @@
 """Property tests: StandardAuthorizer against an obviously-correct reference.
 
-The reference model below is a linear scan written straight from fact sheet
-§2.1 (authorize) and §2.6 (authorizeByResourceType): no index, no caches, no
+The reference model below is a linear scan written straight from Kafka's
+StandardAuthorizerData (authorize) and Authorizer.authorizeByResourceType (KIP-679): no index, no caches, no
 early exits.  Hypothesis draws small alphabets of names, principals, hosts and
 operations so that prefixes, wildcards and DENY/ALLOW collisions are common.
 """

@@ -28,7 +28,7 @@ from gateway.sasl import SaslSession
 from protocol.codecs import request_class
 from tests.unit.gateway.certs import make_pki
 
-# Kafka's documented example (docs/security.html, fact sheet §6.2) and SslPrincipalMapperTest.
+# Kafka's documented example (docs/security.html, Kafka's ``DefaultKafkaPrincipalBuilder``) and SslPrincipalMapperTest.
 KAFKA_DOC_RULES = (
     "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,"
     "RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L,"

@@ -1,7 +1,7 @@
 """StandardAuthorizer, one test per behaviour (after Kafka's StandardAuthorizerTest).
 
-Fact-sheet references: §2.1 decision procedure, §2.2 worked consequences,
-§2.6 authorizeByResourceType, §3 audit log, §4 metrics.
+Kafka references: StandardAuthorizerData's decision procedure and its consequences,
+Authorizer.authorizeByResourceType (KIP-679), the kafka.authorizer.logger audit log, KIP-877 metrics.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def check(authorizer, name, op=Op.READ, rt=RT.TOPIC, **ctx_kw):
     return authorizer.authorize(ctx(**ctx_kw), [action(name, op, rt)])[0]
 
 
-# -- basic rules (§2.1) ---------------------------------------------------------
+# -- basic rules (StandardAuthorizerData) ---------------------------------------------------------
 
 
 def test_literal_allow_matches_exact_name_only():
@@ -190,7 +190,7 @@ def test_wildcard_deny_beats_literal_allow():
 
 
 def test_deny_of_other_operation_does_not_deny_implied_describe():
-    # §2.2: DENY alice READ + ALLOW alice ALL; DESCRIBE is allowed.
+    # DENY alice READ + ALLOW alice ALL; DESCRIBE is allowed.
     a = make(acl("orders", perm=DENY), acl("orders", op=Op.ALL))
     assert check(a, "orders", op=Op.DESCRIBE) is ALLOWED
     assert check(a, "orders", op=Op.READ) is DENIED
@@ -508,7 +508,7 @@ def test_acls_listing_uses_filter_semantics():
     assert len(a.acls(AclBindingFilter.ANY)) == 5
 
 
-# -- authorize_by_resource_type (§2.6) -------------------------------------------------
+# -- authorize_by_resource_type (KIP-679) -------------------------------------------------
 
 
 def by_type(a, op=Op.WRITE, rt=RT.TOPIC, **kw):
@@ -600,7 +600,7 @@ def test_by_type_answer_changes_after_acl_change():
     assert by_type(a) is ALLOWED
 
 
-# -- audit (§3) ----------------------------------------------------------------------------
+# -- audit (Kafka's ``kafka.authorizer.logger``) ----------------------------------------------------------------------------
 
 
 def audit_records(caplog):
@@ -667,7 +667,7 @@ def test_only_denials_at_default_info_level(caplog):
     assert [r.levelno for r in audit_records(caplog)] == [logging.INFO]
 
 
-# -- metrics (§4) -----------------------------------------------------------------------------
+# -- metrics (KIP-877) -----------------------------------------------------------------------------
 
 
 def test_metrics_count_per_action_per_listener_and_acl_total():

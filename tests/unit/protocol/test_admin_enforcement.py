@@ -1,4 +1,4 @@
-"""Admin/security APIs (38-41, 48, 49, 55, 57, 71, 72, 74) against a real StandardAuthorizer (§1.2).
+"""Admin/security APIs (38-41, 48, 49, 55, 57, 71, 72, 74) against a real StandardAuthorizer (docs/authorization.md).
 
 SASL (17, 36) is answered by the connection and the SCRAM APIs (50, 51) by
 protocol/apis/scram.py (tests/unit/protocol/test_scram_api.py): neither has an enforcer."""

@@ -1,4 +1,4 @@
-"""Fetch (1) authorization: fact sheet §1.1 Fetch row, one test per behaviour.
+"""Fetch (1) authorization: docs/authorization.md Fetch row, one test per behaviour.
 
 The merged responses are checked three ways: they decode with kio, the denied
 partitions carry 29 (or 100) in request order after the upstream's topics, and

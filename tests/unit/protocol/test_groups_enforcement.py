@@ -1,6 +1,6 @@
 """Consumer-group family enforcement (protocol/apis/groups.py) against a real StandardAuthorizer.
 
-Fact sheet §1.1 rows 8-16, 42, 47, 68, 69, 76-79, 88-92: resources, operations, error codes,
+docs/authorization.md, group rows: resources, operations, error codes,
 log flags (audit levels on ``kgw.authorizer``), reference counts and merge order.
 """
 

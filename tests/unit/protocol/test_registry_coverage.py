@@ -1,5 +1,5 @@
 """Every API kgw forwards has an authorization mapping (fails closed otherwise: an API without
-``enforce`` is refused whenever an authorizer is configured, fact sheet §1)."""
+``enforce`` is refused whenever an authorizer is configured, docs/authorization.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Topic/metadata family enforcement (protocol/apis/topics.py) against a real StandardAuthorizer.
 
-Fact sheet §1.1 / §1.2: Metadata, DescribeTopicPartitions, ListOffsets, OffsetForLeaderEpoch,
+docs/authorization.md: Metadata, DescribeTopicPartitions, ListOffsets, OffsetForLeaderEpoch,
 CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeProducers, DescribeCluster,
 DescribeLogDirs, AlterReplicaLogDirs, ElectLeaders, Alter/ListPartitionReassignments.
 """

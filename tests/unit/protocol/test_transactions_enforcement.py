@@ -1,4 +1,4 @@
-"""Transaction APIs (22, 24, 25, 26, 28, 65, 66) against a real StandardAuthorizer (fact sheet §1.1, §2.6)."""
+"""Transaction APIs (22, 24, 25, 26, 28, 65, 66) against a real StandardAuthorizer (docs/authorization.md; KIP-679)."""
 
 from __future__ import annotations
 
