@@ -180,7 +180,7 @@ class ClientConnection(ConnectionCore):
         self._queued.clear()
         assert isinstance(self.stream, FastStream) and isinstance(self._upstream, FastStream)
         lane = Lane(self, self.stream.fileno(), self._upstream.fileno(), decoder, frames, post)
-        self._lane = lane
+        self.lane = lane
         self._deferred = lane.deferred
         released = False
         dp.adopt(lane)
@@ -223,7 +223,7 @@ class ClientConnection(ConnectionCore):
                         await self._until_released(receive)
             # The lane points at this connection; this connection must not point back, or each
             # closed connection would wait for the cycle collector (memory growing with churn).
-            self._lane = None
+            self.lane = None
             self._deferred = None
 
     @staticmethod
@@ -243,8 +243,8 @@ class ClientConnection(ConnectionCore):
         """The gateway is stopping: read no new request; once every request read so far is
         answered the connection closes (on the data plane, the lane does the same)."""
         self.draining = True
-        if self._lane is not None and self.gw.data_plane is not None:
-            self.gw.data_plane.drain(self._lane)
+        if self.on_data_plane and self.gw.data_plane is not None:
+            self.gw.data_plane.drain(self.lane)
         elif self._read_scope is not None:
             self._read_scope.cancel()
 
@@ -462,7 +462,7 @@ class ClientConnection(ConnectionCore):
     async def _wait_for_space(self) -> None:
         """Back-pressure: at most ``max_in_flight_per_connection`` responses outstanding.
         (On the data plane a slow request only starts when there is space.)"""
-        while len(self.pending) >= self.max_in_flight and self._lane is None:
+        while len(self.pending) >= self.max_in_flight and not self.on_data_plane:
             if self._queued:  # requests still waiting to be sent can't be answered: send them first
                 await self._send_upstream(self._queued)
                 self._queued.clear()
@@ -490,7 +490,7 @@ class ClientConnection(ConnectionCore):
             self._upstream_scope.deadline = _trio_deadline(slot.deadline)
 
     async def _send_upstream(self, frames: list[memoryview]) -> None:
-        if self._lane is not None:  # a slow request on the data plane: the lane sends when it resumes
+        if self.on_data_plane:  # a slow request on the data plane: the lane sends when it resumes
             self._lane_upstream.extend(frames)
             return
         assert self._upstream is not None
@@ -514,7 +514,7 @@ class ClientConnection(ConnectionCore):
             raise CloseConnection(str(e), "upstream") from None
         self._upstream = stream = fast_stream(stream)
         if (self.gw.data_plane is not None and isinstance(stream, FastStream) and isinstance(self.stream, FastStream)
-                and self._lane is None):
+                and not self.on_data_plane):
             self._handoff = True  # _read_client returns after this request; the data plane reads the upstream
             return
         assert self._nursery is not None
@@ -556,7 +556,7 @@ class ClientConnection(ConnectionCore):
     # ------------------------------------------------------------- responses
     async def _flush(self) -> None:
         """Send completed responses from the head of the queue, in request order."""
-        if self._sending or self._lane is not None:  # on the data plane the lane sends
+        if self._sending or self.on_data_plane:  # on the data plane the lane sends
             return
         self._sending = True
         pending = self.pending

@@ -114,7 +114,9 @@ class ConnectionCore:
         self.metrics = self.gw.metrics
         self.listener_name = listener.name
         self._handoff = False  # the upstream is open and both sockets are plain TCP: go to the data plane
-        self._lane: Any = None  # gateway.data_plane.Lane, set while the data plane serves this connection
+        #: the data plane's Lane while it serves this connection: it owns both sockets then, and
+        #: the Trio driver leaves sending and flushing to it (see :attr:`on_data_plane`)
+        self.lane: Any = None
         self._lane_upstream: list = []  # frames the slow path queued for the upstream while on the data plane
         #: on the data plane: request counters incremented once the request went upstream (its
         #: response is read in a later event, so it is counted before the client can see it)
@@ -134,6 +136,11 @@ class ConnectionCore:
         self.heavy: tuple | None = None
         #: a drain began (gateway stopping): read no new request, answer what is in flight, close
         self.draining = False
+
+    @property
+    def on_data_plane(self) -> bool:
+        """Whether the data-plane thread owns this connection's sockets now."""
+        return self.lane is not None
 
     def _on_first_in_flight(self, slot: Slot) -> None:
         """A driver hook: ``slot`` is now the oldest request in flight (its deadline applies)."""

@@ -83,7 +83,7 @@ MUTATIONS = (
              "                if logged >= MAX_AUDITED_ACTIONS_PER_CALL:", "                if False:",
              ("tests/unit/authz/test_standard_authorizer.py",)),
     Mutation("connection: a closed connection kept alive by its lane (cycle)", "gateway/connection.py",
-             "            self._lane = None\n            self._deferred = None", "            pass",
+             "            self.lane = None\n            self._deferred = None", "            pass",
              ("tests/unit/gateway/test_connection.py",)),
     Mutation("connection: large requests inspected on the shared loop", "gateway/connection_core.py",
              "        size = len(frame)\n        if size <= self._offload_request:",
