@@ -48,19 +48,8 @@ from typing import Any
 import trio
 
 from metadata.records import ConfigRecord
-from configs.config_model import (
-    AUDIT_LEVEL_CONFIG,
-    LOG_LEVEL_CONFIG,
-    AlterConfigOp,
-    BrokerConfigModel,
-    ConfigEntry,
-    ConfigResource,
-    ConfigResourceType,
-    ConfigSource,
-    ConfigType,
-    InvalidConfig,
-    listener_max_connections_key,
-)
+from configs.broker_configs import AUDIT_LEVEL_CONFIG, LOG_LEVEL_CONFIG, BrokerConfigModel, listener_max_connections_key
+from configs.config_model import AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType, ConfigSource, ConfigType, InvalidConfig
 from configs.policies import RequestMetadata, load_policies, run_policies
 from authz.acl import MAX_RECORD_STRING_BYTES, AclOperation, PatternType, ResourcePattern, ResourceType
 from authz.authorizer import Action, AuthorizationResult

@@ -4,19 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from configs.config_model import (
-    NOT_EXPOSED,
-    AlterConfigOp,
-    BrokerConfigModel,
-    ConfigDef,
-    ConfigResource,
-    ConfigResourceType,
-    ConfigSource,
-    ConfigType,
-    InvalidConfig,
-    gateway_config_defs,
-    leaf_paths,
-)
+from configs.broker_configs import NOT_EXPOSED, BrokerConfigModel, gateway_config_defs, leaf_paths
+from configs.config_model import AlterConfigOp, ConfigDef, ConfigResource, ConfigResourceType, ConfigSource, ConfigType, InvalidConfig
 from configs.gateway_config import GatewayConfig
 from configs.yaml_reader import parse_config
 from configs.policies import (
