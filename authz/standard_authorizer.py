@@ -37,13 +37,10 @@ first.
 """
 
 from __future__ import annotations
-
 import logging
 import uuid
 from typing import Any, Awaitable, Callable, Collection, Iterable, Mapping
-
 import trio
-
 from .acl import (
     INVALID_REQUEST,
     MAX_ACLS_PER_REQUEST,
@@ -55,8 +52,6 @@ from .acl import (
     PatternType,
     ResourcePattern,
     ResourceType,
-    WILDCARD_HOST,
-    WILDCARD_RESOURCE,
     validate_acl_binding_for_create,
 )
 from .acl_index import AclIndex, StandardAcl
@@ -69,7 +64,6 @@ from .authorizer import (
     AuthorizableRequestContext,
     AuthorizationResult,
     Authorizer,
-    AuthorizerNotReadyError,
     AuthorizerServerInfo,
     ConfigError,
     Endpoint,
@@ -80,232 +74,40 @@ from .authorizer import (
     HARDCODE_RESOURCE_NAME,
 )
 from .metrics import AuthorizerMetrics
-from .principal import WILDCARD_PRINCIPAL_KEY, parse_principal
-
-__all__ = [
-    "StandardAuthorizer",
-    "AclWriter",
-    "SUPER_USERS_CONFIG",
-    "ALLOW_EVERYONE_IF_NO_ACL_FOUND_CONFIG",
-    "MatchingRule",
-    "SuperUserRule",
-    "DefaultAllowRule",
-    "DefaultDenyRule",
-    "MatchingAclRule",
-]
+from .principal import parse_principal
+from authz.acl_rules import _ALLOW_OPS_FOR, _Op, _decide
+from authz.acl_rules import _ALLOWED, _DENIED, _Data
 
 SUPER_USERS_CONFIG = "super.users"
+
+
 ALLOW_EVERYONE_IF_NO_ACL_FOUND_CONFIG = "allow.everyone.if.no.acl.found"
+
 
 #: ``async (added, removed) -> None``; returns once the change is durable.
 AclWriter = Callable[[dict[uuid.UUID, AclBinding], list[uuid.UUID]], Awaitable[None]]
 
-_ALLOWED = AuthorizationResult.ALLOWED
-_DENIED = AuthorizationResult.DENIED
-_LITERAL = PatternType.LITERAL
+
+
+
+
+
+
 
 #: Default decision-cache bound: when full it is cleared (a cache, never semantics).
 DEFAULT_DECISION_CACHE_SIZE = 100_000
 
+
 log = logging.getLogger(__name__)
 
 
-# ==========================================================================
-# Rules: each decision names the rule that made it ("based on rule …").
-# ==========================================================================
-
-
-class MatchingRule:
-    __slots__ = ("result",)
-    result: AuthorizationResult
-
-
-class _NamedRule(MatchingRule):
-    __slots__ = ("_name",)
-
-    def __init__(self, name: str, result: AuthorizationResult) -> None:
-        self._name = name
-        self.result = result
-
-    def __str__(self) -> str:
-        return self._name
-
-    __repr__ = __str__
-
-
-SuperUserRule = _NamedRule("SuperUser", _ALLOWED)
-DefaultAllowRule = _NamedRule("DefaultAllow", _ALLOWED)
-DefaultDenyRule = _NamedRule("DefaultDeny", _DENIED)
-
-
-class MatchingAclRule(MatchingRule):
-    """The ACL that decided; ALLOWED or DENIED as the ACL's permission says."""
-
-    __slots__ = ("acl",)
-
-    def __init__(self, acl: StandardAcl) -> None:
-        self.acl = acl
-        self.result = _DENIED if acl.is_deny else _ALLOWED
-
-    def __str__(self) -> str:
-        return f"MatchingAcl(acl={self.acl})"
-
-    __repr__ = __str__
-
-
-def _rule_of(acl: StandardAcl) -> MatchingAclRule:
-    rule = acl.matching_rule
-    if rule is None:
-        rule = acl.matching_rule = MatchingAclRule(acl)
-    return rule  # type: ignore[return-value]
-
-
-# ==========================================================================
-# The decision rules — Kafka's ``StandardAuthorizerData``, all in one place.
-# ==========================================================================
-
-_Op = AclOperation
-
-#: Which ACL operations an **ALLOW** ACL may carry to allow a requested
-#: operation.  ALL allows everything; READ, WRITE, DELETE and ALTER imply
-#: DESCRIBE; ALTER_CONFIGS implies DESCRIBE_CONFIGS; nothing else implies
-#: anything (CREATE does not imply DESCRIBE).
-_ALLOW_OPS_FOR: dict[AclOperation, frozenset[AclOperation]] = {
-    op: frozenset({op, _Op.ALL}) for op in AclOperation
-}
 _ALLOW_OPS_FOR[_Op.DESCRIBE] = frozenset({_Op.DESCRIBE, _Op.READ, _Op.WRITE, _Op.DELETE, _Op.ALTER, _Op.ALL})
+
+
 _ALLOW_OPS_FOR[_Op.DESCRIBE_CONFIGS] = frozenset({_Op.DESCRIBE_CONFIGS, _Op.ALTER_CONFIGS, _Op.ALL})
 
-#: A **DENY** ACL needs the same operation or ALL: implication never widens a DENY.
-_DENY_OPS_FOR: dict[AclOperation, frozenset[AclOperation]] = {op: frozenset({op, _Op.ALL}) for op in AclOperation}
 
 
-def _decide(data: "_Data", principal_key: str, host: str, action: Action) -> MatchingRule:
-    """Decide one action.  Steps follow Kafka's ``StandardAuthorizerData``:
-
-    0. The resource pattern must be LITERAL (the request layer only asks
-       about concrete resources).
-    1. The principal is reduced to its ``Type:Name`` text (done by the caller).
-    2. A super user is ALLOWED (``SuperUser``) — before the readiness check.
-    3. Before the initial ACL load completes: ``AuthorizerNotReadyError``.
-    4. Candidate principals: the caller and ``User:*``.  Host: the client IP
-       as the JVM writes it, or an ACL host of ``*``.
-    5. Candidate ACLs: same resource type; LITERAL with the exact name,
-       PREFIXED whose text starts the name, LITERAL ``*``.  Any candidate,
-       whatever its principal/host/operation, means "the resource has ACLs".
-    6. An ACL applies if its principal and host match and its operation
-       matches (``_ALLOW_OPS_FOR`` / ``_DENY_OPS_FOR``).
-    7. The first applicable DENY decides (``MatchingAcl``); the ``*`` bucket
-       is only visited when the name and prefix buckets held no DENY.
-    8. Else an applicable ALLOW decides (the last one found, as Kafka reports
-       it).  Else, if the resource had no ACLs at all,
-       ``allow.everyone.if.no.acl.found`` picks ``DefaultAllow`` or
-       ``DefaultDeny``.  Else ``DefaultDeny``.
-    """
-    pattern = action.resource_pattern
-    if pattern.pattern_type is not _LITERAL:
-        raise ValueError(f"Only literal resources are supported. Got: {pattern.pattern_type.name}")
-    if principal_key in data.super_users:
-        return SuperUserRule
-    if not data.loaded:
-        raise AuthorizerNotReadyError("The authorizer has not completed its initial ACL load")
-
-    op = action.operation
-    cache_key = (principal_key, host, op, pattern.resource_type, pattern.name)
-    cache = data.decisions
-    if cache is not None:
-        rule = cache.get(cache_key)
-        if rule is not None:
-            return rule
-
-    section = data.index.section(pattern.resource_type)
-    rule = None
-    if section is not None:
-        # The (principal, host) keys that may apply, looked up in each bucket.
-        if principal_key == WILDCARD_PRINCIPAL_KEY:
-            keys = ((principal_key, host), (principal_key, WILDCARD_HOST))
-        else:
-            keys = (
-                (principal_key, host),
-                (principal_key, WILDCARD_HOST),
-                (WILDCARD_PRINCIPAL_KEY, host),
-                (WILDCARD_PRINCIPAL_KEY, WILDCARD_HOST),
-            )
-        allow_ops = _ALLOW_OPS_FOR[op]
-        deny_ops = _DENY_OPS_FOR[op]
-        has_acls = False
-        allow: StandardAcl | None = None
-        buckets = list(section.buckets_for(pattern.name))
-        wildcard = section.literal.get(WILDCARD_RESOURCE)
-        if wildcard is not None and pattern.name != WILDCARD_RESOURCE:
-            buckets.append(wildcard)  # visited last (step 7)
-        for bucket in buckets:
-            has_acls = True
-            for key in keys:
-                for acl in bucket.get(key, ()):
-                    if acl.is_deny:
-                        if acl.operation in deny_ops:
-                            rule = _rule_of(acl)
-                            break
-                    elif acl.operation in allow_ops:
-                        allow = acl
-                if rule is not None:
-                    break
-            if rule is not None:
-                break
-        if rule is None:
-            if allow is not None:
-                rule = _rule_of(allow)
-            elif not has_acls:
-                rule = data.no_acl_rule
-            else:
-                rule = DefaultDenyRule
-    else:
-        rule = data.no_acl_rule
-
-    if cache is not None:
-        if len(cache) >= data.cache_size:
-            cache.clear()
-        cache[cache_key] = rule
-    return rule
-
-
-# ==========================================================================
-# Snapshot of everything authorize() reads
-# ==========================================================================
-
-
-class _Data:
-    """Immutable (but for its derived-value caches); replaced, never changed."""
-
-    __slots__ = (
-        "index", "super_users", "allow_everyone", "loaded", "no_acl_rule", "cache_size", "decisions", "by_type"
-    )
-
-    def __init__(
-        self, index: AclIndex, super_users: frozenset[str], allow_everyone: bool, loaded: bool, cache_size: int
-    ) -> None:
-        self.index = index
-        self.super_users = super_users
-        self.allow_everyone = allow_everyone
-        self.loaded = loaded
-        self.no_acl_rule = DefaultAllowRule if allow_everyone else DefaultDenyRule
-        self.cache_size = cache_size
-        # Derived-value caches; None when caching is off.  Keyed by
-        # (principal, host, op, resource type, name) / (principal, host, op, type).
-        self.decisions: dict[tuple, MatchingRule] | None = {} if cache_size > 0 else None
-        self.by_type: dict[tuple, AuthorizationResult] | None = {} if cache_size > 0 else None
-
-    def copy_with(self, **changes: Any) -> "_Data":
-        fields = {
-            "index": self.index,
-            "super_users": self.super_users,
-            "allow_everyone": self.allow_everyone,
-            "loaded": self.loaded,
-            "cache_size": self.cache_size,
-        }
-        fields.update(changes)
-        return _Data(**fields)
 
 
 def _parse_super_users(value: Any) -> frozenset[str]:
@@ -346,11 +148,6 @@ def _parse_java_boolean(value: Any) -> bool:
     if isinstance(value, bool):
         return value
     return value is not None and str(value).strip().lower() == "true"
-
-
-# ==========================================================================
-# The authorizer
-# ==========================================================================
 
 
 #: audit lines written for one authorize call (one request); the decisions beyond it are

@@ -38,13 +38,7 @@ from authz.acl import (
     ResourceType,
 )
 from metadata.store import MetadataStore
-from metadata.records import (
-    AccessControlEntryRecord,
-    ConfigRecord,
-    RemoveAccessControlEntryRecord,
-    RemoveUserScramCredentialRecord,
-    UserScramCredentialRecord,
-)
+from metadata.records import AccessControlEntryRecord, ConfigRecord, RemoveAccessControlEntryRecord, RemoveUserScramCredentialRecord, UserScramCredentialRecord
 
 __all__ = ["MetadataImage", "binding_to_record", "record_to_binding"]
 

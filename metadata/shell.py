@@ -39,12 +39,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
 from metadata.store import LoadedState
-from metadata.records import (
-    AccessControlEntryRecord,
-    ConfigRecord,
-    MetadataRecord,
-    RemoveAccessControlEntryRecord,
-)
+from metadata.records import AccessControlEntryRecord, ConfigRecord, MetadataRecord, RemoveAccessControlEntryRecord
 
 __all__ = ["config_type_name", "dump_records", "dump_state", "kafka_uuid_str", "render"]
 

@@ -10,7 +10,8 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 
-from metadata.records import MetadataRecord, MetadataRecordError, decode_record, encode_record
+from metadata.records import MetadataRecord, decode_record, encode_record
+from metadata.record_codec import MetadataRecordError
 from metadata.record_batch import CONTROL_KEY, DecodedBatch, encode_batch, scan_batches
 from metadata.store import MetadataLogCorruptError
 

@@ -26,13 +26,7 @@ import metadata.directory as metadata_log
 from metadata.directory import DirectoryMetadataStore, scan_batches
 from metadata.store import LoadedState, MetadataLogCorruptError, MetadataStoreBrokenError, MetadataStoreLockedError
 from metadata.record_batch import decode_batch
-from metadata.records import (
-    AccessControlEntryRecord,
-    ConfigRecord,
-    RemoveAccessControlEntryRecord,
-    decode_record,
-    encode_record,
-)
+from metadata.records import AccessControlEntryRecord, ConfigRecord, RemoveAccessControlEntryRecord, decode_record, encode_record
 from metadata.shell import dump_state, kafka_uuid_str, render
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

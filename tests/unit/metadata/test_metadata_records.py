@@ -8,17 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metadata.records import (
-    AccessControlEntryRecord,
-    ConfigRecord,
-    MetadataRecordError,
-    RemoveAccessControlEntryRecord,
-    RemoveUserScramCredentialRecord,
-    UnknownMetadataRecord,
-    UserScramCredentialRecord,
-    decode_record,
-    encode_record,
-)
+from metadata.records import AccessControlEntryRecord, ConfigRecord, RemoveAccessControlEntryRecord, RemoveUserScramCredentialRecord, UnknownMetadataRecord, UserScramCredentialRecord, decode_record, encode_record
+from metadata.record_codec import MetadataRecordError
 
 ACL_ID = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
 

@@ -21,12 +21,7 @@ import pytest
 
 import metadata.directory as metadata_log
 from metadata.directory import DirectoryMetadataStore
-from metadata.records import (
-    AccessControlEntryRecord,
-    ConfigRecord,
-    RemoveAccessControlEntryRecord,
-    UserScramCredentialRecord,
-)
+from metadata.records import AccessControlEntryRecord, ConfigRecord, RemoveAccessControlEntryRecord, UserScramCredentialRecord
 from tests.support.sim_disk import PowerLoss, SimDisk
 
 ROOT = Path("/sim")
