@@ -245,7 +245,7 @@ def test_survivor_scan_agrees_with_naive_scan(names, deny_prefixes, deny_literal
     """The bisect shortcut of the by-type index (used when many ALLOW names
     face few DENY prefixes) gives the naive answer, even at the top of the
     code-point range."""
-    from authz.acl_index import GroupSummary, _first_undominated
+    from authz.acl_summaries import GroupSummary, _first_undominated
 
     names_t = tuple(sorted(names))
     naive = any(
