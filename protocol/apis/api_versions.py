@@ -15,6 +15,8 @@ UNSUPPORTED_VERSION and the supported ranges, so the client can retry lower.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from datetime import timedelta
 from types import MappingProxyType
@@ -111,5 +113,6 @@ def _convert(value, target_type):
     """Upstream features are decoded with the upstream's response version; rebuild for ours."""
     if isinstance(value, tuple):
         inner = target_type.__args__[0]
-        return tuple(inner(**{f: getattr(v, f) for f in inner.__dataclass_fields__}) for v in value)
+        return tuple(inner(**{f.name: getattr(v, f.name) for f in dataclasses.fields(inner)
+                              if f.init and hasattr(v, f.name)}) for v in value)
     return value

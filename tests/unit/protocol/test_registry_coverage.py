@@ -94,3 +94,30 @@ def test_kgw_can_build_a_response_for_every_advertised_version():
         for v in range(r.min, r.max + 1):
             body = encode(_blank(response_class(key, v)))
             decode_response(key, v, body, 0)
+
+
+def test_api_versions_keeps_the_upstream_features_at_every_version():
+    """Apache Kafka answers ApiVersions v3+ with supported and finalized features (tansu does
+    not): kgw's answer carries them over, whatever version the client asked for."""
+    from datetime import timedelta
+
+    from kio.schema.api_versions.v4 import response as v4
+    from kio.static.primitive import i16, i64
+
+    from protocol.apis.api_versions import build_response
+    from protocol.codecs import decode_response
+
+    upstream = v4.ApiVersionsResponse(
+        error_code=0, api_keys=(), throttle_time=timedelta(0),
+        supported_features=(v4.SupportedFeatureKey(name="metadata.version", min_version=i16(1), max_version=i16(30)),),
+        finalized_features_epoch=i64(7),
+        finalized_features=(v4.FinalizedFeatureKey(name="metadata.version", max_version_level=i16(30),
+                                                   min_version_level=i16(30)),),
+        zk_migration_ready=False)
+    advertised = {18: VersionRange(0, 4), 3: VersionRange(0, 12)}
+    for version in range(0, 5):
+        response = decode_response(18, version, build_response(version, advertised, upstream), 0)
+        assert [(k.api_key, k.max_version) for k in response.api_keys] == [(3, 12), (18, 4)]
+        if version >= 3:
+            assert [f.name for f in response.supported_features] == ["metadata.version"]
+            assert response.finalized_features_epoch == 7
