@@ -4,6 +4,10 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Apache Kafka for the compatibility tests (deploy/kafka/pom.xml), resolved with Maven once
+KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/kafka/pom.xml)
+KAFKA_HOME ?= $(HOME)/.cache/kgw/kafka-$(KAFKA_VERSION)
+KAFKA_STAMP := $(KAFKA_HOME)/.resolved
 
 .PHONY: setup demo test test-fast bench clean
 
@@ -13,7 +17,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test,spark]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+$(KAFKA_STAMP): deploy/kafka/pom.xml
+	mvn -q -B -f deploy/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	  -DoutputDirectory=$(KAFKA_HOME)/libs
+	touch $@
+
+setup: $(STAMP) $(KAFKA_STAMP)
 	@command -v kcat >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq kcat) >/dev/null; \
 	  else echo "kcat missing: sudo apt-get install kcat"; fi; }
@@ -25,7 +34,7 @@ test: setup
 	$(PY) -m pytest -q
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not java and not spark"
+	$(PY) -m pytest -q -m "not java and not spark and not kafka and not kafka_cluster"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -7,6 +7,10 @@
                      dedicated gateway (config = default deep-merged with
                      ``extra``), stopped at the end of the test
 * ``topic_name``     a unique, valid topic name per test
+* ``kafka``          session: one Apache Kafka KRaft node (``.bootstrap``, ``.node_ids``)
+* ``kafka_cluster``  session: three Apache Kafka KRaft nodes (replication factor 3)
+* ``kafka_gateway``  factory: ``kafka_gateway(extra, upstream=kafka)`` runs a kgw in front
+                     of a Kafka (the single node by default), stopped at the end of the test
 
 Processes are started lazily, only by tests that request them, so unit-only
 runs never start tansu or kgw.
@@ -30,6 +34,7 @@ from tests.support.cluster import (
     launch_gateway,
     start_tansu,
 )
+from tests.support.kafka import KafkaCluster, start_kafka, start_kafka_cluster
 from tests.support.processes import ProcessError
 
 
@@ -104,6 +109,66 @@ def start_gateway(
             gw.stop()
 
 
+# -- Apache Kafka (marked tests only: `kafka`, `kafka_cluster`) ---------------------------
+
+@pytest.fixture(scope="session")
+def _kafka_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    cluster = start_kafka(tmp_path_factory.mktemp("kafka"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def _kafka_cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    cluster = start_kafka_cluster(tmp_path_factory.mktemp("kafka-cluster"), 3)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _alive(cluster: KafkaCluster) -> KafkaCluster:
+    if not cluster.alive():
+        raise ProcessError(cluster.describe_failure())
+    return cluster
+
+
+@pytest.fixture
+def kafka(_kafka_session: KafkaCluster) -> KafkaCluster:
+    return _alive(_kafka_session)
+
+
+@pytest.fixture
+def kafka_cluster(_kafka_cluster_session: KafkaCluster) -> KafkaCluster:
+    return _alive(_kafka_cluster_session)
+
+
+@pytest.fixture
+def kafka_gateway(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Gateway]]:
+    """``kafka_gateway(extra=None, upstream=None, name=None)``: kgw in front of ``upstream``
+    (default: the session's single Kafka node)."""
+    started: list[Gateway] = []
+
+    def _start(extra: dict[str, Any] | None = None, *, upstream: KafkaCluster | None = None,
+               name: str | None = None) -> Gateway:
+        upstream = upstream or request.getfixturevalue("kafka")
+        gw_name = name or f"kgw-{len(started)}"
+        work = tmp_path / gw_name
+        config = deep_merge(base_gateway_config(upstream.bootstrap, work / "metadata", upstream.node_ids), extra or {})
+        gw = launch_gateway(gw_name, config, work, node_ids=upstream.node_ids)
+        started.append(gw)
+        return gw
+
+    _start.started = started  # type: ignore[attr-defined]
+    try:
+        yield _start
+    finally:
+        for gw in reversed(started):
+            gw.stop()
+
+
 _TOPIC_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -124,12 +189,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
         gw = funcargs.get("gateway")
         if isinstance(gw, Gateway):
             procs.append(gw.process)
-        factory = funcargs.get("start_gateway")
-        for g in getattr(factory, "started", []) or []:
-            procs.append(g.process)
+        for factory in (funcargs.get("start_gateway"), funcargs.get("kafka_gateway")):
+            for g in getattr(factory, "started", []) or []:
+                procs.append(g.process)
         tb = funcargs.get("tansu")
         if isinstance(tb, TansuBroker):
             procs.append(tb.process)
+        for name in ("kafka", "kafka_cluster"):
+            cluster = funcargs.get(name)
+            if isinstance(cluster, KafkaCluster):
+                procs.extend(n.process for n in cluster.nodes if n.process is not None)
         for p in procs:
             report.sections.append(
                 (f"{p.name} stderr tail ({p.stderr_path})", p.stderr_tail(80) or "<empty>"))

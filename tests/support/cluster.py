@@ -151,8 +151,10 @@ class Gateway:
         return self.process.stop(timeout)
 
 
-def base_gateway_config(upstream_bootstrap: str, data_dir: Path) -> dict[str, Any]:
-    base = free_port_base((TANSU_NODE_ID,))
+def base_gateway_config(upstream_bootstrap: str, data_dir: Path,
+                        node_ids: tuple[int, ...] = (TANSU_NODE_ID,)) -> dict[str, Any]:
+    """One PLAINTEXT listener with a port per upstream node id (tansu's 111 by default)."""
+    base = free_port_base(node_ids)
     return {
         "listeners": [{
             "name": "EXTERNAL",
@@ -184,6 +186,7 @@ def launch_gateway(
     work_dir: Path,
     *,
     ready_timeout: float = GATEWAY_READY_TIMEOUT,
+    node_ids: tuple[int, ...] = (TANSU_NODE_ID,),
 ) -> Gateway:
     """Write ``config``, run ``kgw run --config`` and wait for ``ready``.
 
@@ -217,7 +220,8 @@ def launch_gateway(
     adv = first.get("advertised_host", first.get("host"))
     brokers: dict[int, str] = {}
     if first.get("broker_port_base") is not None:
-        brokers[TANSU_NODE_ID] = f"{adv}:{int(first['broker_port_base']) + TANSU_NODE_ID}"
+        for node_id in node_ids:
+            brokers[node_id] = f"{adv}:{int(first['broker_port_base']) + node_id}"
     return Gateway(
         process=proc,
         config_path=config_path,
