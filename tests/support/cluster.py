@@ -164,7 +164,7 @@ def base_gateway_config(upstream_bootstrap: str, data_dir: Path,
             "advertised_host": HOST,
             "broker_port_base": base,
         }],
-        "upstream": {"bootstrap_servers": [upstream_bootstrap]},
+        "upstream": {"bootstrap_servers": upstream_bootstrap.split(",")},
         "admin": {"host": HOST, "port": free_port()},
         "metadata": {"path": str(data_dir)},
     }

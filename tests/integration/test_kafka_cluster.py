@@ -1,0 +1,98 @@
+"""kgw in front of a 3-node Apache Kafka KRaft cluster: every broker discovered and served at a
+gateway address, replication factor 3 with acks=all, and the KIP-951 leader endpoints of a
+NOT_LEADER answer rewritten after a real leader change."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.static.primitive import i32
+
+from protocol.codecs import make, nested, request_class
+from tests.support.kafka import run_tool
+from tests.support.kio_samples import record_batch
+from tests.support.raw_kafka import RawConnection
+
+pytestmark = pytest.mark.kafka_cluster
+
+T = 30
+COMMON = {"socket.timeout.ms": 10000, "broker.address.family": "v4", "reconnect.backoff.max.ms": 500}
+
+
+def _leader(admin: AdminClient, topic: str) -> tuple[int, list[int]]:
+    """Partition 0's leader and replicas, once the metadata has them (a new topic's may lag)."""
+    deadline = time.monotonic() + T
+    while True:
+        part = admin.list_topics(topic=topic, timeout=T).topics[topic].partitions.get(0)
+        if part is not None and part.leader >= 0:
+            return part.leader, list(part.replicas)
+        assert time.monotonic() < deadline, f"{topic} has no leader"
+
+
+def test_three_brokers_behind_kgw_replication_factor_three(kafka_cluster, kafka_gateway, topic_name):
+    gw = kafka_gateway(upstream=kafka_cluster)
+    admin = AdminClient({"bootstrap.servers": gw.bootstrap, **COMMON})
+    md = admin.list_topics(timeout=T)
+    assert {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()} == gw.broker_addresses  # all three, kgw's
+    admin.create_topics([NewTopic(topic_name, 3, 3)], operation_timeout=15)[topic_name].result(timeout=T)
+    producer = Producer({"bootstrap.servers": gw.bootstrap, "acks": "all", "enable.idempotence": True, **COMMON})
+    for i in range(30):
+        producer.produce(topic_name, f"v{i}".encode(), partition=i % 3)
+    assert producer.flush(T) == 0
+    consumer = Consumer({"bootstrap.servers": gw.bootstrap, "group.id": f"g-{topic_name}",
+                         "auto.offset.reset": "earliest", **COMMON})
+    consumer.subscribe([topic_name])
+    got = set()
+    deadline = time.monotonic() + T
+    while len(got) < 30 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            got.add(msg.value())
+    consumer.close()
+    assert got == {f"v{i}".encode() for i in range(30)}
+    partitions = admin.list_topics(topic=topic_name, timeout=T).topics[topic_name].partitions.values()
+    assert {len(p.replicas) for p in partitions} == {3}
+    assert {p.leader for p in partitions} <= set(gw.broker_addresses)
+
+
+def test_kip951_leader_endpoint_after_a_leader_change_is_a_gateway_address(kafka_cluster, kafka_gateway, topic_name,
+                                                                         tmp_path):
+    gw = kafka_gateway(upstream=kafka_cluster)
+    direct = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap, **COMMON})
+    direct.create_topics([NewTopic(topic_name, 1, 3)], operation_timeout=15)[topic_name].result(timeout=T)
+    old, replicas = _leader(direct, topic_name)
+    new = next(r for r in replicas if r != old)
+    # move the preferred leader to `new` and elect it, with Kafka's own tools straight at the cluster
+    plan = tmp_path / "reassign.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic_name, "partition": 0, "replicas": [new] + [r for r in replicas if r != new]}]}))
+    done = run_tool("org.apache.kafka.tools.reassign.ReassignPartitionsCommand", "--bootstrap-server",
+                    kafka_cluster.bootstrap, "--reassignment-json-file", str(plan), "--execute", work=tmp_path)
+    assert done.returncode == 0, done.stderr
+    deadline = time.monotonic() + T
+    while True:
+        done = run_tool("org.apache.kafka.tools.LeaderElectionCommand", "--bootstrap-server", kafka_cluster.bootstrap,
+                        "--election-type", "preferred", "--topic", topic_name, "--partition", "0", work=tmp_path)
+        if _leader(direct, topic_name)[0] == new:
+            break
+        assert time.monotonic() < deadline, f"leader did not move to {new}: {done.stdout} {done.stderr}"
+    # a client that still thinks `old` leads: Produce v12 to old's gateway port
+    cls = request_class(0, 12)
+    tcls = nested(cls, "topic_data")
+    body = make(cls, transactional_id=None, acks=-1, timeout=timedelta(seconds=10), topic_data=(
+        make(tcls, name=topic_name, partition_data=(make(nested(tcls, "partition_data"), index=i32(0),
+                                                         records=record_batch(b"x")),)),))
+    with RawConnection(gw.broker_addresses[old]) as conn:
+        response = conn.call(0, 12, body)
+    (part,) = response.responses[0].partition_responses
+    assert part.error_code == 6, part  # NOT_LEADER_OR_FOLLOWER
+    assert part.current_leader.leader_id == new
+    endpoints = {e.node_id: f"{e.host}:{e.port}" for e in response.node_endpoints}
+    assert endpoints == {new: gw.broker_addresses[new]}, endpoints  # kgw's address, never Kafka's
+    upstream_ports = {str(n.port) for n in kafka_cluster.nodes}
+    assert not any(a.rsplit(":", 1)[1] in upstream_ports for a in endpoints.values())
