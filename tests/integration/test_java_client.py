@@ -1,8 +1,9 @@
-"""The Apache Kafka Java client (kafka-clients 3.9.1) through the gateway.
+"""The Apache Kafka Java client through the gateway: kafka-clients 3.9.1 in front of tansu and,
+with 3.9.1 and 4.3.1, in front of Apache Kafka.
 
-tests/integration/java/KgwClientCheck.java is compiled once per session with
-javac against the kafka-clients.jar shipped in pyflink/lib, run against the
-gateway, and its JSON-lines output is asserted on here."""
+tests/integration/java/KgwClientCheck.java is compiled once per session with javac against
+the kafka-clients.jar shipped in pyflink/lib (3.9.1) and against the Kafka jars `make setup`
+resolved (4.3.1), run against the gateway, and its JSON-lines output is asserted on here."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.java import compile_java, java_tools, kafka_classpath
+from tests.support.kafka import kafka_libs
 from tests.support.kafka_data import (
     PARTITIONS,
     PER_PARTITION,
@@ -34,10 +36,8 @@ pytestmark = [
 JAVA_DIR = Path(__file__).parent / "java"
 
 
-@pytest.fixture(scope="session")
-def java_check(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """The ``java`` command line (classpath included) for KgwClientCheck."""
-    cp = kafka_classpath()
+def _java_check(tmp_path_factory: pytest.TempPathFactory, cp: list[Path]) -> list[str]:
+    """The ``java`` command line (classpath included) for KgwClientCheck built against ``cp``."""
     out = compile_java([JAVA_DIR / "KgwClientCheck.java"],
                        tmp_path_factory.mktemp("java-classes"), cp)
     javac, java = java_tools()  # type: ignore[misc]
@@ -45,11 +45,35 @@ def java_check(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
             "-cp", os.pathsep.join([str(out), *map(str, cp)]), "KgwClientCheck"]
 
 
+@pytest.fixture(scope="session")
+def java_check(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """KgwClientCheck on kafka-clients 3.9.1."""
+    return _java_check(tmp_path_factory, kafka_classpath())
+
+
+@pytest.fixture(scope="session")
+def java4_check(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """KgwClientCheck on the kafka-clients of the resolved Apache Kafka (4.x)."""
+    libs = kafka_libs()
+    return _java_check(tmp_path_factory, sorted(libs.glob("*.jar")))
+
+
 def _nodes(objs) -> list[tuple[int, str, int]]:
     return [(o["id"], o["host"], o["port"]) for o in objs]
 
 
 def test_java_client_roundtrip(gateway, tansu, topic_name, java_check):
+    _roundtrip(java_check, gateway, tansu.port, topic_name)
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("client", ["3.9.1", "4.x"])
+def test_java_client_roundtrip_in_front_of_apache_kafka(kafka, kafka_gateway, topic_name, client, request):
+    java = request.getfixturevalue("java_check" if client == "3.9.1" else "java4_check")
+    _roundtrip(java, kafka_gateway(), kafka.nodes[0].port, topic_name)
+
+
+def _roundtrip(java_check: list[str], gateway, upstream_port: int, topic_name: str) -> None:
     group = f"{topic_name}-group-{uuid.uuid4().hex[:6]}"
     cp = run_tool([*java_check, gateway.bootstrap, topic_name, group, str(PARTITIONS),
                    str(PER_PARTITION)], timeout=170, check=False)
@@ -74,19 +98,19 @@ def test_java_client_roundtrip(gateway, tansu, topic_name, java_check):
 
     # -- addresses: describeCluster, describeTopics, producer/consumer metadata
     cluster = one("cluster")
-    assert_gateway_addresses(_nodes(cluster["nodes"]), gateway, tansu.port,
+    assert_gateway_addresses(_nodes(cluster["nodes"]), gateway, upstream_port,
                              "Admin.describeCluster nodes")
-    assert_gateway_addresses(_nodes([cluster["controller"]]), gateway, tansu.port,
+    assert_gateway_addresses(_nodes([cluster["controller"]]), gateway, upstream_port,
                              "Admin.describeCluster controller")
     topic = one("topic")
     assert topic["name"] == topic_name
     assert sorted(p["partition"] for p in topic["partitions"]) == list(range(PARTITIONS))
     assert_gateway_addresses(_nodes([p["leader"] for p in topic["partitions"]]), gateway,
-                             tansu.port, "Admin.describeTopics leaders")
+                             upstream_port, "Admin.describeTopics leaders")
     assert_gateway_addresses(_nodes([r for p in topic["partitions"] for r in p["replicas"]]),
-                             gateway, tansu.port, "Admin.describeTopics replicas")
+                             gateway, upstream_port, "Admin.describeTopics replicas")
     for via in ("producer", "consumer"):
-        assert_gateway_addresses(_nodes(one("leaders", via=via)["nodes"]), gateway, tansu.port,
+        assert_gateway_addresses(_nodes(one("leaders", via=via)["nodes"]), gateway, upstream_port,
                                  f"Kafka{via.title()}.partitionsFor leaders")
 
     # -- produce acks: exact partition/offset for every keyed record ----------

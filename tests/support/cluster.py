@@ -144,7 +144,7 @@ class Gateway:
             base = lst.get("broker_port_base")
             adv = lst.get("advertised_host", lst.get("host"))
             if base is not None:
-                addrs.add(f"{adv}:{int(base) + TANSU_NODE_ID}")
+                addrs.update(f"{adv}:{int(base) + node_id}" for node_id in self.broker_addresses)
         return addrs
 
     def stop(self, timeout: float = 15.0) -> int | None:
