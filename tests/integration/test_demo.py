@@ -1,4 +1,5 @@
-"""`kgw demo`: a local tansu and a gateway in front of it, a sample topic, a clean stop."""
+"""`kgw demo`: a local broker (tansu, or Apache Kafka with --broker kafka) and a gateway in front
+of it, a sample topic, a clean stop."""
 
 from __future__ import annotations
 
@@ -25,14 +26,16 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def test_demo_serves_the_sample_topic_and_stops_both_on_sigterm(tmp_path):
-    port = free_port_base((0, 112))  # the bootstrap port, and tansu's node 111 at port + 1 + 111
-    argv = [*kgw_command(), "demo", "--port", str(port), "--data-dir", str(tmp_path / "data")]
+@pytest.mark.parametrize("broker", ["tansu", pytest.param("kafka", marks=pytest.mark.kafka)])
+def test_demo_serves_the_sample_topic_and_stops_both_on_sigterm(tmp_path, broker):
+    node = {"tansu": 111, "kafka": 1}[broker]
+    port = free_port_base((0, 1 + node))  # the bootstrap port, and the broker's node at port + 1 + node id
+    argv = [*kgw_command(), "demo", "--port", str(port), "--data-dir", str(tmp_path / "data"), "--broker", broker]
     with ManagedProcess("kgw-demo", argv, log_dir=tmp_path, env=gateway_env(), cwd=tmp_path).start() as proc:
         _, line = proc.wait_for_line(r"^bootstrap: ", 60)
         bootstrap = re.match(r"^bootstrap: (\S+)", line).group(1)
         assert bootstrap == f"127.0.0.1:{port}"
-        (tansu_pid,) = _children(proc.pid)
+        (broker_pid,) = _children(proc.pid)
 
         producer = Producer({"bootstrap.servers": bootstrap})
         producer.produce("demo", key=b"k", value=b"hello through kgw", partition=0)
@@ -44,7 +47,14 @@ def test_demo_serves_the_sample_topic_and_stops_both_on_sigterm(tmp_path):
         assert msg is not None and msg.error() is None and msg.value() == b"hello through kgw"
         metadata = Producer({"bootstrap.servers": bootstrap}).list_topics("demo", timeout=20)
         assert len(metadata.topics["demo"].partitions) == 3
-        assert {f"{b.host}:{b.port}" for b in metadata.brokers.values()} == {f"127.0.0.1:{port + 1 + 111}"}
+        assert {f"{b.host}:{b.port}" for b in metadata.brokers.values()} == {f"127.0.0.1:{port + 1 + node}"}
 
         assert proc.stop() == 0, proc.describe_failure("kgw demo did not exit 0 on SIGTERM")
-    assert not os.path.exists(f"/proc/{tansu_pid}"), "kgw demo left its tansu broker running"
+    assert not os.path.exists(f"/proc/{broker_pid}"), f"kgw demo left its {broker} broker running"
+
+
+def test_the_demo_runs_the_kafka_release_make_setup_resolves():
+    from gateway.demo import KAFKA_VERSION
+    from tests.support.kafka import kafka_version
+
+    assert KAFKA_VERSION == kafka_version()
