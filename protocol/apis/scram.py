@@ -25,7 +25,8 @@ ScramControlManager):
 
 DescribeUserScramCredentials
     CLUSTER:DESCRIBE, else CLUSTER_AUTHORIZATION_FAILED (31) at the top level
-    and on every distinct requested user.  ``users`` null or empty = every
+    and in one result per requested entry, its user name empty (as Kafka's
+    ``getErrorResponse``; shown by the parity test).  ``users`` null or empty = every
     user; a user named twice gets DUPLICATE_RESOURCE (92); a user with no
     credential RESOURCE_NOT_FOUND (91).  Each result lists (mechanism,
     iterations); salts and keys are never returned.
@@ -135,9 +136,9 @@ async def _describe(gw: LocalServices, auth: AuthHelper, header: RequestHeader, 
         return result_cls(user=user, error_code=ErrorCode(code), error_message=message, credential_infos=tuple(infos))
 
     if not auth.cluster(AclOperation.DESCRIBE):
-        users = list(dict.fromkeys(requested or ()))
+        # Kafka's getErrorResponse: one result per requested entry, its user name left empty
         return response(ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED,
-                        [result(u, ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED) for u in users])
+                        [result("", ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED) for _ in requested or ()])
     credentials = _all_credentials(gw)
     if not requested:
         names = {name: False for name in sorted(credentials)}

@@ -83,6 +83,9 @@ class KafkaCluster:
     cluster_id: str
     libs: Path
     extra: dict = field(default_factory=dict)
+    #: user -> password: clients connect with SASL/PLAIN and Kafka's own StandardAuthorizer
+    #: decides (super user ``admin``; ``allow.everyone.if.no.acl.found=false``)
+    sasl_users: dict = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
@@ -110,15 +113,16 @@ class KafkaCluster:
 def _properties(cluster: KafkaCluster, node: KafkaNode) -> str:
     voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in cluster.nodes)
     rf = min(3, len(cluster.nodes))
+    client = "SASL_PLAINTEXT" if cluster.sasl_users else "PLAINTEXT"
     props = {
         "process.roles": "broker,controller",
         "node.id": node.node_id,
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{node.port}",
+        "listeners": f"{client}://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
+        "advertised.listeners": f"{client}://{HOST}:{node.port}",
         "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": f"{client}:{client},CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": client,
         "log.dirs": str(cluster.work / f"node-{node.node_id}" / "data"),
         "offsets.topic.replication.factor": rf,
         "offsets.topic.num.partitions": 3,
@@ -138,6 +142,19 @@ def _properties(cluster: KafkaCluster, node: KafkaNode) -> str:
         "background.threads": 2,
         **cluster.extra,
     }
+    if cluster.sasl_users:
+        users = " ".join(f'user_{u}="{p}"' for u, p in cluster.sasl_users.items())
+        props.update({
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="admin" password="{cluster.sasl_users["admin"]}" {users};',
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            # the controller listener is PLAINTEXT: the broker reaches it as ANONYMOUS
+            "super.users": "User:admin;User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found": "false",
+        })
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
@@ -148,7 +165,7 @@ def _start(cluster: KafkaCluster, heap: str) -> KafkaCluster:
         home.mkdir(parents=True, exist_ok=True)
         props = home / "server.properties"
         props.write_text(_properties(cluster, node))
-        fmt = subprocess.run([*_java(cluster.libs, log4j), "kafka.tools.StorageTool", "format", "-t", cluster.cluster_id,
+        fmt = subprocess.run([*_java(cluster.libs, log4j), "kafka.tools.StorageTool", "format", f"--cluster-id={cluster.cluster_id}",
                               "-c", str(props)], capture_output=True, text=True, timeout=120)
         if fmt.returncode != 0:
             raise ProcessError(f"formatting kafka node {node.node_id} failed:\n{fmt.stdout}\n{fmt.stderr}")
@@ -166,18 +183,19 @@ def _start(cluster: KafkaCluster, heap: str) -> KafkaCluster:
     return cluster
 
 
-def _new(work: Path, count: int, extra: dict | None) -> KafkaCluster:
+def _new(work: Path, count: int, extra: dict | None, sasl_users: dict | None = None) -> KafkaCluster:
     nodes = [KafkaNode(node_id=i, port=free_port(), controller_port=free_port()) for i in range(1, count + 1)]
     cid = uuid.uuid4()
     import base64
 
     cluster_id = base64.urlsafe_b64encode(cid.bytes).decode().rstrip("=")
-    return KafkaCluster(nodes, work, cluster_id, kafka_libs(), dict(extra or {}))
+    return KafkaCluster(nodes, work, cluster_id, kafka_libs(), dict(extra or {}), dict(sasl_users or {}))
 
 
-def start_kafka(work: Path, *, extra: dict | None = None) -> KafkaCluster:
-    """One combined broker + controller (node id 1)."""
-    return _start(_new(work, 1, extra), "512m")
+def start_kafka(work: Path, *, extra: dict | None = None, sasl_users: dict | None = None) -> KafkaCluster:
+    """One combined broker + controller (node id 1); with ``sasl_users`` (must include ``admin``)
+    a SASL/PLAIN listener and Kafka's own StandardAuthorizer."""
+    return _start(_new(work, 1, extra, sasl_users), "512m")
 
 
 def start_kafka_cluster(work: Path, count: int = 3, *, extra: dict | None = None) -> KafkaCluster:
