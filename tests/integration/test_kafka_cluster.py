@@ -96,3 +96,84 @@ def test_kip951_leader_endpoint_after_a_leader_change_is_a_gateway_address(kafka
     assert endpoints == {new: gw.broker_addresses[new]}, endpoints  # kgw's address, never Kafka's
     upstream_ports = {str(n.port) for n in kafka_cluster.nodes}
     assert not any(a.rsplit(":", 1)[1] in upstream_ports for a in endpoints.values())
+
+
+def test_a_broker_killed_and_restarted_loses_no_acknowledged_record(kafka_cluster, kafka_gateway, topic_name):
+    """Six partitions over three nodes, acks=all, min.insync.replicas=2, an idempotent producer
+    through kgw: one broker is SIGKILLed and restarted mid-stream. Clients see only retriable
+    errors and recover; every acknowledged record is read back; kgw serves another connection
+    (metadata) throughout."""
+    import threading
+
+    gw = kafka_gateway(upstream=kafka_cluster)
+    admin = AdminClient({"bootstrap.servers": gw.bootstrap, **COMMON})
+    admin.create_topics([NewTopic(topic_name, 6, 3, config={"min.insync.replicas": "2"})],
+                        operation_timeout=15)[topic_name].result(timeout=T)
+    partitions = admin.list_topics(topic=topic_name, timeout=T).topics[topic_name].partitions
+    assert len({p.leader for p in partitions.values()}) == 3  # spread over every node
+    acked: list[bytes] = []
+    fatal: list[str] = []
+
+    def delivered(err, msg):
+        if err is None:
+            acked.append(msg.value())
+        elif not err.retriable():
+            fatal.append(str(err))
+
+    producer = Producer({"bootstrap.servers": gw.bootstrap, "acks": "all", "enable.idempotence": True,
+                         "message.timeout.ms": 60000, "retry.backoff.ms": 100, **COMMON})
+    stop = threading.Event()
+
+    def gateway_answers() -> bool:
+        """A fresh connection to kgw's bootstrap port gets its Metadata, whichever node is down."""
+        cls = request_class(3, 12)
+        with RawConnection(gw.bootstrap) as conn:
+            response = conn.call(3, 12, make(cls, topics=None, allow_auto_topic_creation=False,
+                                             include_topic_authorized_operations=False))
+        return len(response.brokers) >= 2
+
+    def produce():
+        i = 0
+        while not stop.is_set():
+            producer.produce(topic_name, f"r{i}".encode(), on_delivery=delivered)
+            producer.poll(0.01)
+            i += 1
+        producer.flush(60)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        deadline = time.monotonic() + T
+        while len(acked) < 200:  # the stream is flowing before the kill
+            assert time.monotonic() < deadline and thread.is_alive()
+            assert gateway_answers()  # kgw answers another connection meanwhile
+        victim = 3
+        kafka_cluster.kill(victim)
+        before_restart = len(acked)
+        deadline = time.monotonic() + 60
+        while len(acked) < before_restart + 200:  # still acknowledged with one node down (ISR 2 of 3)
+            assert time.monotonic() < deadline, f"no progress with node {victim} down: {fatal}"
+            assert gateway_answers()
+        kafka_cluster.restart(victim)
+        after = len(acked)
+        deadline = time.monotonic() + 60
+        while len(acked) < after + 200:
+            assert time.monotonic() < deadline, f"no progress after node {victim} came back: {fatal}"
+            assert gateway_answers()
+    finally:
+        stop.set()
+        thread.join(90)
+    assert fatal == []
+    consumer = Consumer({"bootstrap.servers": gw.bootstrap, "group.id": f"g-{topic_name}", "auto.offset.reset": "earliest",
+                         **COMMON})
+    consumer.subscribe([topic_name])
+    seen: set[bytes] = set()
+    deadline = time.monotonic() + 60
+    want = set(acked)
+    while not want <= seen and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            seen.add(msg.value())
+    consumer.close()
+    assert want <= seen, f"{len(want - seen)} acknowledged record(s) missing"
+    assert len(want) > 600

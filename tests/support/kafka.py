@@ -106,6 +106,23 @@ class KafkaCluster:
             if n.process is not None:
                 n.process.stop(20)
 
+    def kill(self, node_id: int) -> None:
+        """SIGKILL one node (its process only; the data stays)."""
+        node = self.node(node_id)
+        assert node.process is not None
+        node.process.kill()
+
+    def restart(self, node_id: int) -> None:
+        """Start a killed or stopped node again on its data and ports; returns once it is unfenced."""
+        node = self.node(node_id)
+        home = self.work / f"node-{node.node_id}"
+        log4j = _log4j(self.work, "WARN")
+        heap = "512m" if len(self.nodes) == 1 else "384m"
+        node.process = ManagedProcess(f"kafka-{node.node_id}-restarted", [*_java(self.libs, log4j, heap), "kafka.Kafka",
+                                                                          str(home / "server.properties")],
+                                      log_dir=home).start()
+        node.process.wait_for_line(_READY, READY_TIMEOUT)
+
     def describe_failure(self) -> str:
         return "\n".join(n.process.describe_failure(f"kafka node {n.node_id}") for n in self.nodes if n.process)
 
