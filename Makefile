@@ -8,6 +8,10 @@ STAMP := $(VENV)/.installed
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/kafka/pom.xml)
 KAFKA_HOME ?= $(HOME)/.cache/kgw/kafka-$(KAFKA_VERSION)
 KAFKA_STAMP := $(KAFKA_HOME)/.resolved
+# Spark's own Kafka connector, the release of the pinned PySpark (deploy/spark/pom.xml)
+SPARK_VERSION := $(shell sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' deploy/spark/pom.xml)
+SPARK_KAFKA_HOME ?= $(HOME)/.cache/kgw/spark-kafka-$(SPARK_VERSION)
+SPARK_KAFKA_STAMP := $(SPARK_KAFKA_HOME)/.resolved
 
 .PHONY: setup demo test test-fast bench clean
 
@@ -22,7 +26,13 @@ $(KAFKA_STAMP): deploy/kafka/pom.xml
 	  -DoutputDirectory=$(KAFKA_HOME)/libs
 	touch $@
 
-setup: $(STAMP) $(KAFKA_STAMP)
+$(SPARK_KAFKA_STAMP): deploy/spark/pom.xml
+	mvn -q -B -f deploy/spark/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	  -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2 \
+	  -DoutputDirectory=$(SPARK_KAFKA_HOME)/jars
+	touch $@
+
+setup: $(STAMP) $(KAFKA_STAMP) $(SPARK_KAFKA_STAMP)
 	@command -v kcat >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq kcat) >/dev/null; \
 	  else echo "kcat missing: sudo apt-get install kcat"; fi; }

@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 @pytest.fixture(scope="module")
 def spark():
-    from tests.integration.test_spark_source import make_spark
+    from tests.support.spark import make_spark
 
     session = make_spark("kgw-audit-pipeline-tests")
     try:

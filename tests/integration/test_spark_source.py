@@ -21,7 +21,6 @@ One SparkSession (local[2]) per module.
 from __future__ import annotations
 
 import base64
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +37,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from authz.credentials import SaslMechanism, ScramCredential
 from tests.support.cluster import TANSU_NODE_ID, gateway_env  # noqa: E402
 from tests.support.ports import HOST, free_port, free_port_base  # noqa: E402
+from tests.support.spark import make_spark  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -48,28 +48,6 @@ PARTITIONS = 3
 # --------------------------------------------------------------------------- helpers
 
 
-def make_spark(app: str):
-    """local[2] SparkSession with the kgw source registered (workers = this venv)."""
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    path = os.environ.get("PYTHONPATH", "")
-    if str(REPO) not in path.split(os.pathsep):
-        os.environ["PYTHONPATH"] = str(REPO) + (os.pathsep + path if path else "")
-    spark = (SparkSession.builder.master("local[2]").appName(app)
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.default.parallelism", "2")
-             .config("spark.driver.memory", "1g")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.streaming.metricsEnabled", "false")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    from kgw_spark.source import register
-
-    register(spark)
-    return spark
 
 
 @pytest.fixture(scope="module")
