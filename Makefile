@@ -22,6 +22,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 $(KAFKA_STAMP): deploy/kafka/pom.xml
+	@command -v java >/dev/null 2>&1 || { echo "make setup: java not found: install a JDK 17 (Kafka and the Java tests need it)"; exit 2; }
+	@command -v mvn >/dev/null 2>&1 || { echo "make setup: mvn not found: install Maven (it resolves Apache Kafka from the Maven registry)"; exit 2; }
 	mvn -q -B -f deploy/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
 	  -DoutputDirectory=$(KAFKA_HOME)/libs
 	touch $@
@@ -38,13 +40,16 @@ setup: $(STAMP) $(KAFKA_STAMP) $(SPARK_KAFKA_STAMP)
 	  else echo "kcat missing: sudo apt-get install kcat"; fi; }
 
 demo: setup
-	$(VENV)/bin/kgw demo
+	KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs $(VENV)/bin/kgw demo
+
+# the tests find the resolved jars here (tests/support/kafka.py, tests/support/spark.py)
+TEST_ENV := KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs KGW_SPARK_KAFKA_JARS=$(SPARK_KAFKA_HOME)/jars
 
 test: setup
-	$(PY) -m pytest -q
+	$(TEST_ENV) $(PY) -m pytest -q
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not java and not spark and not kafka and not kafka_cluster"
+	$(TEST_ENV) $(PY) -m pytest -q -m "not java and not spark and not kafka and not kafka_cluster"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

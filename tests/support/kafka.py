@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import uuid
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ def kafka_version() -> str:
 
 
 def kafka_libs() -> Path:
+    if shutil.which("java") is None:
+        raise ProcessError("java not found: Apache Kafka and its tools need a JDK 17 on PATH")
     libs = Path(os.environ.get("KGW_KAFKA_LIBS") or Path.home() / ".cache" / "kgw" / f"kafka-{kafka_version()}" / "libs")
     if not any(libs.glob("kafka_2.13-*.jar")):
         raise ProcessError(f"Apache Kafka {kafka_version()} is not in {libs}: run `make setup` (it resolves it with Maven)")

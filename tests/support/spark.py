@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 def connector_jars() -> list[Path]:
     pom = (REPO / "deploy" / "spark" / "pom.xml").read_text()
     version = re.search(r"<spark.version>(.+?)</spark.version>", pom).group(1)
-    jars = sorted((Path.home() / ".cache" / "kgw" / f"spark-kafka-{version}" / "jars").glob("*.jar"))
+    where = os.environ.get("KGW_SPARK_KAFKA_JARS") or Path.home() / ".cache" / "kgw" / f"spark-kafka-{version}" / "jars"
+    jars = sorted(Path(where).glob("*.jar"))
     if not any("spark-sql-kafka" in j.name for j in jars):
         raise FileNotFoundError(f"Spark's Kafka connector {version} is not resolved: run `make setup`")
     import pyspark
