@@ -8,6 +8,7 @@ import asyncio
 import subprocess
 import time
 import uuid
+from pathlib import Path
 from datetime import timedelta
 
 import pytest
@@ -327,3 +328,27 @@ def test_kip848_consumer_group_protocol(kafka_gateway, topic_name):
             got.add(msg.value())
     consumer.close()
     assert got == {b"v0", b"v1", b"v2", b"v3"}
+
+
+# -- share groups (KIP-932), with the Java 4.x client --------------------------------------------
+
+
+@pytest.mark.java
+def test_share_group_consumes_through_kgw(kafka, kafka_gateway, topic_name, tmp_path_factory):
+    import json
+    import os
+
+    from tests.support.java import compile_java, java_tools
+    from tests.support.kafka import kafka_libs
+    from tests.support.processes import run_tool
+
+    jars = sorted(kafka_libs().glob("*.jar"))
+    out = compile_java([Path(__file__).parent / "java" / "KgwShareCheck.java"], tmp_path_factory.mktemp("share"), jars)
+    gw = kafka_gateway()
+    create_topic(gw.bootstrap, topic_name, partitions=2)
+    java = java_tools()[1]
+    done = run_tool([java, "-XX:+UseSerialGC", "-cp", os.pathsep.join([str(out), *map(str, jars)]), "KgwShareCheck",
+                     gw.bootstrap, topic_name, f"share-{topic_name}", "10"], timeout=120, check=False)
+    events = [json.loads(line) for line in done.stdout.decode().splitlines() if line.startswith("{")]
+    assert done.returncode == 0 and events[-1] == {"event": "done"}, (events, done.stderr.decode()[-3000:])
+    assert {"event": "consumed", "count": 10} in events
