@@ -71,6 +71,8 @@ class Listener:
         self.bound_port: int | None = None
         self._node_ports: dict[int, int] = {}
         self._node_ports_lock = threading.Lock()
+        #: node id -> why it has no gateway port on this listener (not ready while any is here)
+        self.unexposed: dict[int, str] = {}
         self._nursery: trio.Nursery | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._connections = 0
@@ -97,6 +99,8 @@ class Listener:
             self._nursery = nursery
             nursery.start_soon(self._accept_loop, sock, None)
             self.gateway.cluster.subscribe(self._open_node_port)
+            if self.unexposed:  # a broker known at start-up has no gateway port: refuse to start
+                raise OSError("; ".join(self.unexposed.values()))
             task_status.started(self.bound_port)
 
     def _open_node_port(self, node_id: int) -> None:
@@ -106,15 +110,16 @@ class Listener:
                 return
             port = self.config.node_bind_port(node_id)
             if port is None:
-                log.error("listener %s cannot expose upstream broker %d: port %d+%d is out of range",
-                          self.name, node_id, self.config.broker_port_base, node_id)
+                self._unexposed(node_id, f"listener {self.name} cannot expose upstream broker {node_id}: port "
+                                         f"{self.config.broker_port_base}+{node_id} is out of range (broker_port_base)")
                 return
             try:
                 sock = _bind(self.config.host, port)
             except OSError as e:
-                log.error("listener %s cannot bind %s:%d for upstream broker %d: %s",
-                          self.name, self.config.host, port, node_id, e.strerror or e)
+                self._unexposed(node_id, f"listener {self.name} cannot bind {self.config.host}:{port} for upstream "
+                                         f"broker {node_id}: {e.strerror or e}")
                 return
+            self.unexposed.pop(node_id, None)
             self._node_ports[node_id] = port
         log.info("listener %s serves upstream broker %d at %s:%d", self.name, node_id, self.config.host, port)
         # Bound and listening now, so the response that revealed the broker may advertise it;
@@ -123,6 +128,12 @@ class Listener:
             self._nursery.start_soon(self._accept_loop, sock, node_id)
         else:
             self._token.run_sync_soon(self._nursery.start_soon, self._accept_loop, sock, node_id)
+
+    def _unexposed(self, node_id: int, reason: str) -> None:
+        """A broker without a gateway port on this listener: clients cannot reach it through kgw, so
+        the gateway is not ready (``/readyz``), and at start-up it refuses to start."""
+        self.unexposed[node_id] = reason
+        log.error("%s", reason)
 
     def stop_accepting(self) -> None:
         """Close every listening socket of this listener (a drain begins); open connections stay."""

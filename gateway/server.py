@@ -111,10 +111,12 @@ class Gateway:
         return AuthorizerServerInfo(self.config.cluster_id, 0, endpoints, None)
 
     def readiness(self) -> dict[str, bool]:
-        """Each listener, and the upstream cluster: ready or not (``/readyz``)."""
+        """Each listener, the upstream cluster, and whether every known broker has its gateway port
+        on every listener: ready or not (``/readyz``)."""
         if self.draining:  # a load balancer stops sending the moment a drain begins
-            return {**{name: False for name in self._ready}, "upstream": False}
-        return {**self._ready, "upstream": self.cluster.reachable is not False}
+            return {**{name: False for name in self._ready}, "upstream": False, "broker_ports": False}
+        exposed = all(not listener.unexposed for listener in self.listeners)
+        return {**self._ready, "upstream": self.cluster.reachable is not False, "broker_ports": exposed}
 
     async def drain(self, timeout_s: float) -> int:
         """Graceful stop: stop accepting, stop reading new requests, answer every request in
