@@ -34,6 +34,17 @@ def _leader(admin: AdminClient, topic: str) -> tuple[int, list[int]]:
         assert time.monotonic() < deadline, f"{topic} has no leader"
 
 
+def _leaders(admin: AdminClient, topic: str, count: int) -> dict[int, int]:
+    """Every partition's leader, once the metadata has one for all `count` of them."""
+    deadline = time.monotonic() + T
+    while True:
+        parts = admin.list_topics(topic=topic, timeout=T).topics[topic].partitions
+        leaders = {i: p.leader for i, p in parts.items()}
+        if len(leaders) == count and min(leaders.values()) >= 0:
+            return leaders
+        assert time.monotonic() < deadline, f"{topic} has partitions without a leader: {leaders}"
+
+
 def test_three_brokers_behind_kgw_replication_factor_three(kafka_cluster, kafka_gateway, topic_name):
     gw = kafka_gateway(upstream=kafka_cluster)
     admin = AdminClient({"bootstrap.servers": gw.bootstrap, **COMMON})
@@ -109,8 +120,7 @@ def test_a_broker_killed_and_restarted_loses_no_acknowledged_record(kafka_cluste
     admin = AdminClient({"bootstrap.servers": gw.bootstrap, **COMMON})
     admin.create_topics([NewTopic(topic_name, 6, 3, config={"min.insync.replicas": "2"})],
                         operation_timeout=15)[topic_name].result(timeout=T)
-    partitions = admin.list_topics(topic=topic_name, timeout=T).topics[topic_name].partitions
-    assert len({p.leader for p in partitions.values()}) == 3  # spread over every node
+    assert set(_leaders(admin, topic_name, 6).values()) == set(kafka_cluster.node_ids)  # spread
     acked: list[bytes] = []
     fatal: list[str] = []
 

@@ -122,9 +122,13 @@ def _kcat(bootstrap: str, topic: str, values: list[bytes]) -> tuple[list[bytes],
 CLIENTS = {"kafka-python": _kafka_python, "confluent-kafka": _confluent, "aiokafka": _aiokafka, "kcat": _kcat}
 
 
+@pytest.mark.parametrize("authorizer", [False, True], ids=["open", "authz"])
 @pytest.mark.parametrize("client", sorted(CLIENTS))
-def test_client_roundtrip_through_kgw(kafka_gateway, topic_name, client):
-    gw = kafka_gateway()
+def test_client_roundtrip_through_kgw(kafka_gateway, topic_name, client, authorizer, tmp_path):
+    if authorizer:  # exactly what the client needs: the topic, any group, nothing else
+        seed_acls(tmp_path / "kgw-0" / "metadata", ["--operation", "ALL", "--topic", topic_name],
+                  ["--operation", "READ", "--group", "*"], ["--operation", "DESCRIBE", "--group", "*"])
+    gw = kafka_gateway(AUTHORIZER if authorizer else None)
     create_topic(gw.bootstrap, topic_name)
     values = [f"{client}-{i}".encode() for i in range(5)]
     got, brokers = CLIENTS[client](gw.bootstrap, topic_name, values)
