@@ -18,7 +18,7 @@ SPARK_KAFKA_STAMP := $(SPARK_KAFKA_HOME)/.resolved
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,spark]'
+	$(PY) -m pip install -q -e '.[test,spark,kafka-metadata]'
 	touch $(STAMP)
 
 $(KAFKA_STAMP): deploy/kafka/pom.xml

@@ -61,6 +61,7 @@ __all__ = [
 # Kafka error codes used by the ACL model (Kafka's ``Errors``).
 NONE_ERROR = 0
 UNKNOWN_SERVER_ERROR = -1
+REQUEST_TIMED_OUT = 7
 INVALID_REQUEST = 42
 
 POLICY_VIOLATION = 44

@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import prometheus_client
 
 __all__ = [
+    "StoreUnavailableError",
     "Action",
     "AuthorizationResult",
     "AuthorizableRequestContext",
@@ -108,6 +109,12 @@ class AuthorizerNotReadyError(Exception):
     Kafka's ``AuthorizerNotReadyException``; it has no error code of its own,
     so clients see UNKNOWN_SERVER_ERROR (-1).
     """
+
+
+class StoreUnavailableError(Exception):
+    """The store behind ``acl_writer`` (or a config/credential write) could not make a change
+    durable in time; retriable, and nothing of the change is applied unless the store
+    applies all of it later.  Clients get REQUEST_TIMED_OUT."""
 
 
 class ConfigError(ValueError):

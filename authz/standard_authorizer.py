@@ -25,11 +25,13 @@ feeds it:
 * ``complete_initial_load()`` — once the first snapshot is in; sets the
   readiness event of every non-early-start listener returned by ``start``.
 
-``create_acls`` / ``delete_acls`` validate, call the injected
-``acl_writer(added, removed)`` (which returns once the change is durable), and
-then apply the change to the in-memory index themselves.  ``apply_changes`` is
-idempotent, so the store may also replay the same records back.  Writes are
-serialised by a ``trio.Lock`` so duplicate detection sees earlier writes.
+``create_acls`` / ``delete_acls`` validate and call the injected
+``acl_writer(added, removed)``, which returns once the change is durable *and*
+has been fed back through ``apply_changes`` by the log's owner - in log order
+among every gateway's writes when the log is shared, so the index never holds
+an ACL the log does not (``metadata.image.MetadataImage``).  Without a writer
+(in-memory ACLs) they apply the change themselves.  Writes are serialised by a
+``trio.Lock`` so duplicate detection sees this gateway's earlier writes.
 
 Readiness (KIP-801): before ``complete_initial_load`` every ``authorize``
 raises ``AuthorizerNotReadyError`` — except for super users, who are checked
@@ -43,6 +45,7 @@ from typing import Any, Awaitable, Callable, Collection, Iterable, Mapping
 import trio
 from .acl import (
     INVALID_REQUEST,
+    REQUEST_TIMED_OUT,
     MAX_ACLS_PER_REQUEST,
     POLICY_VIOLATION,
     UNKNOWN_SERVER_ERROR,
@@ -57,6 +60,7 @@ from .acl import (
 from .acl_index import AclIndex, StandardAcl
 from .audit import AuditLevels, api_name, audit_logger, log_decision
 from .authorizer import (
+    StoreUnavailableError,
     AclBindingDeleteResult,
     AclCreateResult,
     AclDeleteResult,
@@ -174,7 +178,8 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
     """Kafka's StandardAuthorizer semantics over an in-memory ``AclIndex``.
 
     Args:
-        acl_writer: the durable store's write function, or None for
+        acl_writer: the durable store's write function, which returns once the
+            change is durable and fed back through ``apply_changes``; or None for
             in-memory-only ACLs (tests, demos).  May also be set later as the
             ``acl_writer`` attribute, before the first ``create_acls``.
         decision_cache_size: bound of the per-snapshot decision cache; 0
@@ -363,8 +368,9 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
                 except Exception as exc:  # the store failed: nothing was created
                     log.warning("%s failed to persist new ACLs: %r", self._log_prefix(), exc)
                     message = f"Unknown error while trying to create ACL: {exc}"
-                    return [r if not r.ok else AclCreateResult(UNKNOWN_SERVER_ERROR, message) for r in results]
-                self._apply(new, [])
+                    return [r if not r.ok else AclCreateResult(self._write_error(exc), message) for r in results]
+                if self.acl_writer is None:
+                    self._apply(new, [])
             return results
 
     async def delete_acls(
@@ -393,23 +399,32 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
                 message = f"Cannot delete more than {MAX_ACLS_PER_REQUEST} ACLs in a single request"
                 return [AclDeleteResult(INVALID_REQUEST, message) for _ in filters]
             failure: str | None = None
+            failure_code = UNKNOWN_SERVER_ERROR
             if doomed:
                 try:
                     await self._persist({}, list(doomed))
                 except Exception as exc:
                     log.warning("%s failed to persist ACL removals: %r", self._log_prefix(), exc)
                     failure = f"Unknown error while trying to delete ACLs: {exc}"
+                    failure_code = self._write_error(exc)
                 else:
-                    self._apply({}, list(doomed))
+                    if self.acl_writer is None:
+                        self._apply({}, list(doomed))
             results = []
             for item in per_filter:
                 if isinstance(item, AclDeleteResult):
                     results.append(item)
                 elif failure is not None and item:
-                    results.append(AclDeleteResult(UNKNOWN_SERVER_ERROR, failure))
+                    results.append(AclDeleteResult(failure_code, failure))
                 else:
                     results.append(AclDeleteResult(deleted=tuple(AclBindingDeleteResult(a.binding) for a in item)))
             return results
+
+    @staticmethod
+    def _write_error(exc: Exception) -> int:
+        """REQUEST_TIMED_OUT (retriable) when the store could not take the write in time, else
+        UNKNOWN_SERVER_ERROR."""
+        return REQUEST_TIMED_OUT if isinstance(exc, StoreUnavailableError) else UNKNOWN_SERVER_ERROR
 
     async def _persist(self, added: dict[uuid.UUID, AclBinding], removed: list[uuid.UUID]) -> None:
         if self.acl_writer is not None:

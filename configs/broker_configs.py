@@ -250,6 +250,20 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
     add(ConfigDef("metadata.snapshot.every.records", ConfigType.INT,
                   "Write a metadata snapshot after this many records.", "10000",
                   source_path="metadata.snapshot_every_records"), config.metadata.snapshot_every_records)
+    md = config.metadata
+    add(ConfigDef("metadata.backend", ConfigType.STRING, "Where ACLs, dynamic configs and SCRAM users live: "
+                  "directory (one gateway) or kafka (a topic several gateways share).", "directory",
+                  source_path="metadata.backend"), md.backend)
+    add(ConfigDef("metadata.topic", ConfigType.STRING, "The shared metadata log topic (kafka backend).",
+                  "__kgw_metadata", source_path="metadata.topic"), md.topic)
+    add(ConfigDef("metadata.topic.replication.factor", ConfigType.INT, "Replication factor of the metadata "
+                  "topics kgw creates (default: min(3, brokers)).", None,
+                  source_path="metadata.replication_factor"), md.replication_factor)
+    add(ConfigDef("metadata.topic.min.insync.replicas", ConfigType.INT, "min.insync.replicas of the metadata "
+                  "topics kgw creates.", "2", source_path="metadata.min_insync_replicas"), md.min_insync_replicas)
+    add(ConfigDef("metadata.write.timeout.ms", ConfigType.LONG, "How long a metadata write may wait for the "
+                  "cluster before the client gets REQUEST_TIMED_OUT.", "10000",
+                  source_path="metadata.write_timeout_ms"), md.write_timeout_ms)
 
     # -- authorizer
     authz = config.authorizer

@@ -287,12 +287,23 @@ class AlterConfigsPolicyConfig:
 
 @_model
 class MetadataConfig:
-    """The local metadata log (ACLs, dynamic configs)."""
+    """Where ACLs, dynamic configs and SCRAM users live: a local directory (one gateway) or a
+    topic on the upstream cluster that several gateways share (docs/operations.md)."""
 
+    backend: str = "directory"
+    """``directory`` (the embedded default) or ``kafka``."""
     path: Path = Path("kgw-data")
-    """Directory of the log."""
+    """Directory of the log (directory backend)."""
     snapshot_every_records: int = 10000
     """Write a snapshot after this many records."""
+    topic: str = "__kgw_metadata"
+    """The one-partition log topic (kafka backend); snapshots go to ``<topic>_snapshots``."""
+    replication_factor: int | None = None
+    """Replication factor of the topics kgw creates; None: min(3, brokers)."""
+    min_insync_replicas: int = 2
+    """min.insync.replicas of the topics kgw creates (capped at the replication factor)."""
+    write_timeout_ms: int = 10000
+    """How long a write may wait for the cluster before the client gets REQUEST_TIMED_OUT."""
 
 
 @_model

@@ -43,7 +43,7 @@ import yaml
 from authz.credentials import PlainCredential, ScramCredential
 from configs.policies import PolicyLoadError, parse_rules
 from configs.gateway_config import AUDIT_LEVELS, AdminConfig, AlterConfigsPolicyConfig, AuditConfig, AuthorizerConfig, ClientAuth, ConfigError, GatewayConfig, IoConfig, LOG_FORMATS, LOG_LEVELS, LimitsConfig, ListenerConfig, ListenerSaslConfig, ListenerTlsConfig, LoggingConfig, MetadataConfig, SecurityProtocol, UpstreamConfig, UpstreamSaslConfig, UpstreamTlsConfig, UsersConfig, WILDCARD_HOSTS
-from configs.yaml_checks import _BIND_PORT, _Ctx, _HOST, _IMPORT_PATH, _Invalid, _LISTENER_NAME, _Loader, _MECHANISM, _PORT, _POSITIVE, _PROTOCOL, _Reader, _SCRAM_ITERATIONS, _SCRAM_MECHANISM, _STR, _address, _base64, _bool, _choice, _config_map, _describe, _int, _list, _path, _pbkdf2, _section, _sha256_hex, _yaml_error
+from configs.yaml_checks import _str, _BIND_PORT, _Ctx, _HOST, _IMPORT_PATH, _Invalid, _LISTENER_NAME, _Loader, _MECHANISM, _PORT, _POSITIVE, _PROTOCOL, _Reader, _SCRAM_ITERATIONS, _SCRAM_MECHANISM, _STR, _address, _base64, _bool, _choice, _config_map, _describe, _int, _list, _path, _pbkdf2, _section, _sha256_hex, _yaml_error
 
 __all__ = ["load_config", "parse_config"]
 
@@ -247,9 +247,19 @@ def _alter_configs_policy(ctx: _Ctx, r: _Reader) -> AlterConfigsPolicyConfig:
 @_section(MetadataConfig)
 def _metadata(ctx: _Ctx, r: _Reader) -> MetadataConfig:
     return MetadataConfig(
+        backend=r("backend", _METADATA_BACKEND, "directory"),
         path=r("path", _path, None) or ctx.resolve("kgw-data"),
         snapshot_every_records=r("snapshot_every_records", _POSITIVE, 10000),
+        topic=r("topic", _TOPIC_NAME, "__kgw_metadata"),
+        replication_factor=r("replication_factor", _POSITIVE, None),
+        min_insync_replicas=r("min_insync_replicas", _POSITIVE, 2),
+        write_timeout_ms=r("write_timeout_ms", _POSITIVE, 10000),
     )
+
+
+_METADATA_BACKEND = _choice("directory", "kafka")
+#: Kafka's legal topic names (Topic.java): at most 249 of [a-zA-Z0-9._-]
+_TOPIC_NAME = _str(r"[A-Za-z0-9._-]{1,240}", "a Kafka topic name of at most 240 characters from [a-zA-Z0-9._-]")
 
 
 @_section(ScramCredential)

@@ -1,7 +1,8 @@
 """``kgw acls``: list, add and remove ACLs offline against the metadata log, and dump it.
 
-The store is opened directly (the gateway must be stopped: the store admits one
-writer and says so).  Adds and removes go through a StandardAuthorizer so they
+The store is opened directly: a directory log only while no gateway uses it (its
+lock admits one writer and says so); the shared Kafka log at any time, the change
+ordered with the gateways' own writes and enforced by every gateway.  Adds and removes go through a StandardAuthorizer so they
 get exactly the validation CreateAcls/DeleteAcls get over the wire, and are
 durable when the command returns.
 """
@@ -25,8 +26,7 @@ from authz.acl import (
     ResourcePatternFilter,
     ResourceType,
 )
-from metadata.image import MetadataImage
-from metadata.directory import DirectoryMetadataStore
+from gateway.metadata_backend import offline_image
 from metadata.store import MetadataLogError
 from metadata.shell import render
 from authz.standard_authorizer import StandardAuthorizer
@@ -43,12 +43,14 @@ _RESOURCES = {
 }
 
 
-def _data_dir(args) -> Path:
+def _where(args) -> tuple[object | None, Path | None]:
+    """(gateway config, None) or (None, --data-dir)."""
     if args.data_dir:
-        return Path(args.data_dir)
+        return None, Path(args.data_dir)
     from configs.yaml_reader import load_config
 
-    return Path(load_config(args.config).metadata.path)
+    config = load_config(args.config)
+    return (config, None) if config.metadata.backend != "directory" else (None, Path(config.metadata.path))
 
 
 def _resource(args, for_filter: bool):
@@ -96,15 +98,10 @@ def _filter(args) -> AclBindingFilter:
 
 
 async def _with_store(args, work):
-    store = DirectoryMetadataStore(_data_dir(args))
-    try:
-        authorizer = StandardAuthorizer()
-        image = MetadataImage(store, authorizer)
-        authorizer.acl_writer = image.write_acls
-        await image.load()
+    config, data_dir = _where(args)
+    authorizer = StandardAuthorizer()
+    async with offline_image(config, data_dir, authorizer) as image:
         return await work(authorizer, image)
-    finally:
-        await store.aclose()
 
 
 def _print_binding(b: AclBinding) -> None:
@@ -157,7 +154,7 @@ def register(sub) -> None:
                        "'dump' prints the KIP-801 metadata-shell view (/acl/id/<uuid> -> JSON).")
     p.add_argument("action", choices=["list", "add", "remove", "dump"])
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--config", help="gateway YAML (its metadata.path is used)")
+    where.add_argument("--config", help="gateway YAML (its metadata section: the directory or the Kafka topic)")
     where.add_argument("--data-dir", help="the metadata log directory")
     p.add_argument("--principal", help="e.g. User:alice (filters: exact text)")
     p.add_argument("--host", default="*", help="host (default *)")

@@ -32,8 +32,11 @@ def route(path: str, registry: CollectorRegistry, readiness: Callable[[], dict[s
         return _response("200 OK", b"ok\n")
     if path == "/readyz":
         states = readiness()
-        body = "".join(f"{name} {'ready' if ok else 'not ready'}\n" for name, ok in states.items()).encode()
-        return _response("200 OK" if states and all(states.values()) else "503 Service Unavailable", body)
+        # a state is True (ready), False (not ready) or a string: not ready, for that reason
+        body = "".join(f"{name} {'ready' if ok is True else 'not ready' if ok is False else f'not ready ({ok})'}\n"
+                       for name, ok in states.items()).encode()
+        return _response("200 OK" if states and all(ok is True for ok in states.values())
+                         else "503 Service Unavailable", body)
     return _response("404 Not Found", b"not found: try /metrics, /healthz or /readyz\n")
 
 

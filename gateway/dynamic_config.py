@@ -31,9 +31,13 @@ a lock:
 3. checked by ``authorizer.validate_reconfiguration`` with the authorizer's
    proposed configs (INVALID_CONFIG);
 4. with ``validate_only``, nothing more happens;
-5. persisted: ``await image.append(records)`` returns once they are durable;
-6. applied: ``authorizer.reconfigure``, the audit logger's level, the root
-   logger's level, ``listener.max_connections``.
+5. persisted: ``await image.append(records)`` returns once they are durable and
+   in the image;
+6. applied by :meth:`DynamicConfigManager.refresh` (``authorizer.reconfigure``,
+   the audit logger's level, the root logger's level,
+   ``listener.max_connections``), which the image also calls for every BROKER
+   ConfigRecord it applies - so a change made through another gateway sharing the
+   metadata log takes effect here too, in log order.
 
 Nothing of a sensitive key's value is logged: changes are logged as names,
 with ``[hidden]`` for sensitive values.
@@ -52,8 +56,8 @@ from configs.broker_configs import AUDIT_LEVEL_CONFIG, LOG_LEVEL_CONFIG, BrokerC
 from configs.config_model import AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType, ConfigSource, ConfigType, InvalidConfig
 from configs.policies import RequestMetadata, load_policies, run_policies
 from authz.acl import MAX_RECORD_STRING_BYTES, AclOperation, PatternType, ResourcePattern, ResourceType
-from authz.authorizer import Action, AuthorizationResult
-from protocol.errors import INVALID_CONFIG, INVALID_REQUEST, POLICY_VIOLATION
+from authz.authorizer import Action, AuthorizationResult, StoreUnavailableError
+from protocol.errors import INVALID_CONFIG, INVALID_REQUEST, POLICY_VIOLATION, REQUEST_TIMED_OUT
 from configs.config_model import AlterResult, ConfigChange
 
 __all__ = ["DynamicConfigManager", "INSTANCE_SCOPE"]
@@ -98,6 +102,8 @@ class DynamicConfigManager:
             getattr(gateway.config, "alter_configs_policy", None))
         self._lock = trio.Lock()
         self._loaded = False
+        #: the effective configs last applied (refresh() applies what differs)
+        self._applied: dict[str, str | None] = {}
 
     # ------------------------------------------------------------------ overrides
 
@@ -143,9 +149,33 @@ class DynamicConfigManager:
                 log.error("stored dynamic authorizer configs are refused by the authorizer, not applied: %s", e)
                 keys -= self.authorizer_keys
         self._apply(effective, keys)
+        self._applied = effective
         self._loaded = True
+        image = getattr(self.gw, "image", None)
+        if image is not None:
+            image.config_listeners.append(self._on_config_records)
         if keys:
             log.info("dynamic configs applied at start-up: %s", ", ".join(sorted(keys)))
+
+    def _on_config_records(self, resources: set[tuple[int, str]]) -> None:
+        if any(rtype == _BROKER for rtype, _name in resources):
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Apply what the stored overrides now say, where it differs from what was applied.
+        A stored authorizer config the authorizer refuses is not applied (logged)."""
+        after = self.effective()
+        changed = {k for k in after if after[k] != self._applied.get(k)}
+        if not changed:
+            return
+        if changed & self.authorizer_keys:
+            try:
+                self._validate_authorizer(after)
+            except InvalidConfig as e:
+                log.error("stored dynamic authorizer configs are refused by the authorizer, not applied: %s", e)
+                changed -= self.authorizer_keys
+        self._apply(after, changed)
+        self._applied = {**after, **{k: self._applied.get(k) for k in set(after) - changed}}
 
     async def ensure_loaded(self) -> None:
         if not self._loaded:
@@ -210,8 +240,11 @@ class DynamicConfigManager:
             records = [ConfigRecord(resource_type=_BROKER, resource_name=scope, name=k, value=new.get(k))
                        for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
             if records:
-                await self.gw.image.append(records)
-            self._apply(after, changed)
+                try:
+                    await self.gw.image.append(records)
+                except StoreUnavailableError as e:
+                    return AlterResult(REQUEST_TIMED_OUT, f"The change was not stored: {e}")
+            self.refresh()
             if records:
                 shown = ", ".join(
                     f"{r.name}={'[hidden]' if self.model.defs[r.name].sensitive else r.value}"

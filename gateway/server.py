@@ -10,6 +10,7 @@ initial load), and open each listener only once its event is set.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import trio
@@ -18,7 +19,7 @@ from prometheus_client import Gauge
 from authz.authorizer import AuthorizerServerInfo, Endpoint
 from authz.loader import load_authorizer
 from metadata.image import MetadataImage
-from metadata.directory import DirectoryMetadataStore
+from gateway.metadata_backend import open_metadata_store
 from gateway.admin_http import serve_admin
 from gateway.auth_failures import AuthFailureTracker
 from gateway.data_plane import DataPlane
@@ -73,6 +74,13 @@ class Gateway:
         since = Gauge("kgw_upstream_unreachable_since_seconds", "Unix time of the first failed refresh in "
                       "the current outage; 0 while reachable", registry=self.metrics.registry)
         since.set_function(lambda: self.cluster.unreachable_since or 0)
+        stale = Gauge("kgw_metadata_stale_since_seconds", "Unix time since which the shared metadata log "
+                      "could not be followed (kgw authorizes with its last state); 0 while current",
+                      registry=self.metrics.registry)
+        stale.set_function(lambda: (self.image.store.stale_since or 0) if self.image is not None else 0)
+        offset = Gauge("kgw_metadata_applied_offset", "Offset of the last metadata log record (or, with "
+                       "the kafka backend, message) applied", registry=self.metrics.registry)
+        offset.set_function(lambda: self.image.offset if self.image is not None else -1)
         #: encoded ApiVersions answers per version, valid for the advertised table they were built from
         self.api_versions_bodies: dict[int, bytes] = {}
         self.api_versions_for = None
@@ -110,13 +118,19 @@ class Gateway:
         )
         return AuthorizerServerInfo(self.config.cluster_id, 0, endpoints, None)
 
-    def readiness(self) -> dict[str, bool]:
+    def readiness(self) -> dict[str, bool | str]:
         """Each listener, the upstream cluster, and whether every known broker has its gateway port
         on every listener: ready or not (``/readyz``)."""
         if self.draining:  # a load balancer stops sending the moment a drain begins
             return {**{name: False for name in self._ready}, "upstream": False, "broker_ports": False}
         exposed = all(not listener.unexposed for listener in self.listeners)
-        return {**self._ready, "upstream": self.cluster.reachable is not False, "broker_ports": exposed}
+        state = {**self._ready, "upstream": self.cluster.reachable is not False, "broker_ports": exposed}
+        if self.image is not None and self.image.store.shared:
+            since = self.image.store.stale_since
+            state["metadata"] = True if since is None else time.strftime(
+                "stale since %Y-%m-%dT%H:%M:%SZ, authorizing with the state as of offset "
+                f"{self.image.offset}", time.gmtime(since))
+        return state
 
     async def drain(self, timeout_s: float) -> int:
         """Graceful stop: stop accepting, stop reading new requests, answer every request in
@@ -181,7 +195,7 @@ class Gateway:
             if cfg.admin is not None:
                 port = await nursery.start(serve_admin, cfg.admin.host, cfg.admin.port, self.metrics.registry, self.readiness)
                 admin = (cfg.admin.host, port)
-            store = DirectoryMetadataStore(cfg.metadata.path)
+            store = open_metadata_store(cfg)
             nursery.start_soon(self._close_on_exit, store)
             self.image = MetadataImage(store, self.authorizer, cfg.metadata.snapshot_every_records)
             ready_events = {}
@@ -192,6 +206,7 @@ class Gateway:
                     self.authorizer.monitor(self.metrics.registry)
                 ready_events = {e.listener_name: ev for e, ev in self.authorizer.start(self.server_info()).items()}
             await self.image.load()
+            await nursery.start(self.image.follow)
             await self.dynamic_configs.load()
             bound = {}
             for listener in self.listeners:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import logging
 import uuid
+
+import trio
 from typing import Mapping, Sequence
 
 from authz.acl import (
@@ -66,13 +68,28 @@ def record_to_binding(r: AccessControlEntryRecord) -> AclBinding:
 
 
 class MetadataImage:
-    """ACLs and dynamic configs as of the last applied log offset."""
+    """ACLs, dynamic configs and SCRAM credentials as of the last applied log offset.
+
+    Every record reaches the state through :meth:`_apply_batch`, whichever backend and
+    whoever wrote it, and the rules are deterministic so that two instances that applied
+    the same offsets hold the same state (the shared Kafka backend):
+
+    * an ACL whose id is present, or whose binding equals a present ACL's (two gateways
+      created the same ACL at once), is skipped: the first in log order wins;
+    * removing an absent ACL or SCRAM credential is skipped;
+    * a ConfigRecord or UserScramCredentialRecord sets its key, the last in log order wins.
+
+    The authorizer gets each batch's ACL delta in one ``apply_changes`` (an atomic swap),
+    and ``config_listeners`` are called with the config resources a batch touched.
+    """
 
     def __init__(self, store: MetadataStore, authorizer=None, snapshot_every: int = 10_000) -> None:
         self.store = store
         self.authorizer = authorizer
         self.snapshot_every = snapshot_every
         self.acls: dict[uuid.UUID, AclBinding] = {}
+        #: binding -> id, so an equal ACL written twice is skipped identically everywhere
+        self._acl_ids: dict[AclBinding, uuid.UUID] = {}
         #: (resource type code, resource name) -> {config name: value}
         self.configs: dict[tuple[int, str], dict[str, str]] = {}
         #: (user name, SCRAM mechanism code) -> credential (salted keys only, never a password)
@@ -80,6 +97,10 @@ class MetadataImage:
         self.offset = -1
         #: what the store's load() returned (for the metadata-shell dump)
         self.loaded_state = None
+        #: callables given the set of (resource type, name) a batch of ConfigRecords changed
+        self.config_listeners: list = []
+        self._offset_changed = trio.Event()
+        self._snapshotting = False
 
     async def load(self) -> None:
         state = self.loaded_state = await self.store.load()
@@ -93,13 +114,37 @@ class MetadataImage:
                 self.authorizer.load_snapshot(dict(self.acls))
             if hasattr(self.authorizer, "complete_initial_load"):
                 self.authorizer.complete_initial_load()
+        if self.store.shared:
+            # no checkpoint since load() returned, so nothing committed since is missed
+            self._subscription = self.store.subscribe(max_buffered_batches=100_000)
 
-    def _apply(self, record) -> None:
+    async def follow(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Apply every batch of a shared log, the instance's own included, in log order
+        (run for as long as the gateway runs; a no-op for a local store)."""
+        task_status.started()
+        if not self.store.shared:
+            return
+        async for batch in self._subscription:
+            self._apply_batch(batch.records, batch.last_offset)
+
+    def _apply(self, record) -> tuple[uuid.UUID | None, AclBinding | None, uuid.UUID | None]:
+        """Apply one record; returns (added id, its binding, removed id) for ACL records."""
         if isinstance(record, AccessControlEntryRecord):
-            self.acls[record.id] = record_to_binding(record)
-        elif isinstance(record, RemoveAccessControlEntryRecord):
-            self.acls.pop(record.id, None)
-        elif isinstance(record, ConfigRecord):
+            if record.id in self.acls:
+                return None, None, None
+            binding = record_to_binding(record)
+            if binding in self._acl_ids:
+                return None, None, None
+            self.acls[record.id] = binding
+            self._acl_ids[binding] = record.id
+            return record.id, binding, None
+        if isinstance(record, RemoveAccessControlEntryRecord):
+            binding = self.acls.pop(record.id, None)
+            if binding is None:
+                return None, None, None
+            self._acl_ids.pop(binding, None)
+            return None, None, record.id
+        if isinstance(record, ConfigRecord):
             entries = self.configs.setdefault((record.resource_type, record.resource_name), {})
             if record.value is None:
                 entries.pop(record.name, None)
@@ -109,31 +154,71 @@ class MetadataImage:
             self.scram[(record.name, record.mechanism)] = record
         elif isinstance(record, RemoveUserScramCredentialRecord):
             self.scram.pop((record.name, record.mechanism), None)
+        return None, None, None
+
+    def _apply_batch(self, records: Sequence, last_offset: int) -> None:
+        added: dict[uuid.UUID, AclBinding] = {}
+        removed: list[uuid.UUID] = []
+        touched: set[tuple[int, str]] = set()
+        for record in records:
+            acl_id, binding, gone = self._apply(record)
+            if acl_id is not None:
+                added[acl_id] = binding  # type: ignore[assignment]
+            elif gone is not None:
+                if added.pop(gone, None) is None:
+                    removed.append(gone)
+            elif isinstance(record, ConfigRecord):
+                touched.add((record.resource_type, record.resource_name))
+        self.offset = max(self.offset, last_offset)
+        if (added or removed) and self.authorizer is not None and hasattr(self.authorizer, "apply_changes"):
+            self.authorizer.apply_changes(added, removed)
+        for listener in self.config_listeners if touched else ():
+            try:
+                listener(touched)
+            except Exception:  # noqa: BLE001 - one listener's bug must not stop the log
+                log.exception("config listener %r failed on a metadata batch", listener)
+        self._offset_changed.set()
+        self._offset_changed = trio.Event()
 
     async def append(self, records: Sequence) -> int:
-        """Make ``records`` durable, then apply them to the image."""
+        """Make ``records`` durable, then apply them to the image (and the authorizer).
+
+        With a shared store the records are applied by :meth:`follow`, in log order among
+        everyone's writes; this returns once that happened here (read your own writes)."""
         if not records:
             return self.offset
         offset = await self.store.append(records)
-        for record in records:
-            self._apply(record)
-        self.offset = max(self.offset, offset)
+        if self.store.shared:
+            while self.offset < offset:
+                await self._offset_changed.wait()
+        else:
+            self._apply_batch(records, offset)
         await self._maybe_snapshot()
         return offset
 
     async def write_acls(self, added: Mapping[uuid.UUID, AclBinding], removed: Sequence[uuid.UUID]) -> None:
-        """The StandardAuthorizer's ``acl_writer``: returns once the change is durable."""
+        """The StandardAuthorizer's ``acl_writer``: returns once the change is durable and applied
+        (the authorizer learns it through ``apply_changes``)."""
         records = [binding_to_record(i, b) for i, b in added.items()]
         records += [RemoveAccessControlEntryRecord(id=i) for i in removed]
         await self.append(records)
 
-    async def _maybe_snapshot(self) -> None:
-        if self.store.records_since_snapshot < self.snapshot_every:
-            return
-        records = [binding_to_record(i, b) for i, b in self.acls.items()]
+    def records(self) -> list:
+        """The whole image as records (a snapshot's content, and ``kgw metadata export``)."""
+        records: list = [binding_to_record(i, b) for i, b in self.acls.items()]
         for (rtype, rname), entries in self.configs.items():
             records += [ConfigRecord(resource_type=rtype, resource_name=rname, name=k, value=v)
                         for k, v in entries.items()]
         records += list(self.scram.values())
-        await self.store.snapshot(records, through_offset=self.offset)
-        log.info("metadata snapshot written at offset %d (%d records)", self.offset, len(records))
+        return records
+
+    async def _maybe_snapshot(self) -> None:
+        if self.store.records_since_snapshot < self.snapshot_every or self._snapshotting:
+            return
+        self._snapshotting = True
+        try:
+            records, offset = self.records(), self.offset
+            await self.store.snapshot(records, through_offset=offset)
+        finally:
+            self._snapshotting = False
+        log.info("metadata snapshot written at offset %d (%d records)", offset, len(records))

@@ -76,6 +76,7 @@ from dataclasses import dataclass
 
 import trio
 
+from authz.authorizer import StoreUnavailableError
 from metadata.records import MetadataRecord
 
 
@@ -105,6 +106,12 @@ class MetadataStoreBrokenError(MetadataLogError):
 
 class MetadataStoreClosedError(MetadataLogError):
     """The store was used before ``load()`` or after ``aclose()``."""
+
+
+class MetadataStoreUnavailableError(MetadataLogError, StoreUnavailableError):
+    """A shared backend could not make a write durable in time (cluster unreachable, no
+    leader, too few in-sync replicas).  Retriable: the write is one atomic record batch, so
+    it is either applied whole later, by every instance in log order, or not at all."""
 
 
 class SubscriberLaggedError(MetadataLogError):
@@ -145,10 +152,13 @@ class CommittedBatch:
 
     base_offset: int
     records: tuple[MetadataRecord, ...]
+    end: int = -1
+    """The batch's last offset when a backend numbers batches, not records (the Kafka
+    backend: one Kafka message per append); -1: one offset per record."""
 
     @property
     def last_offset(self) -> int:
-        return self.base_offset + len(self.records) - 1
+        return self.end if self.end >= 0 else self.base_offset + len(self.records) - 1
 
 
 class Subscription:
@@ -214,6 +224,17 @@ class MetadataStore(abc.ABC):
     * ``records_since_snapshot`` hints when a snapshot is worthwhile.
     * ``aclose()`` is idempotent; in-flight appends finish first.
     """
+
+    #: True for a log several gateways write (the Kafka backend): the image then applies
+    #: every batch, its own included, from ``subscribe()`` in log order, and a write is
+    #: acknowledged once it is durable *and* applied locally (read your own writes).
+    shared: bool = False
+
+    @property
+    def stale_since(self) -> float | None:
+        """Unix time since which a shared backend could not confirm it follows the log end
+        (None while it does, and always for a local backend)."""
+        return None
 
     @abc.abstractmethod
     async def load(self) -> LoadedState: ...

@@ -62,6 +62,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
 from authz.acl import AclOperation
+from authz.authorizer import StoreUnavailableError
 from metadata.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 from authz.credentials import ScramCredential
 from protocol.apis.base import ApiSpec, RequestInfo
@@ -233,7 +234,13 @@ async def _alter(gw: LocalServices, auth: AuthHelper, header: RequestHeader, inf
                     errors[r.name] = (ErrorCode.unknown_server_error, "the metadata log is not loaded yet")
                 records = []
             else:
-                await image.append(records)
+                try:
+                    await image.append(records)
+                except StoreUnavailableError as e:  # retriable; the batch is applied whole or not at all
+                    for r in records:
+                        errors[r.name] = (ErrorCode.request_timed_out, f"The change was not stored: {e}")
+                    records = []
+            if records:
                 principal = getattr(getattr(auth, "context", None), "principal", None)
                 log.info("SCRAM credentials altered by %s: %s", principal or "(no authorizer)", ", ".join(
                     f"{'upserted' if isinstance(r, UserScramCredentialRecord) else 'deleted'} "

@@ -436,8 +436,9 @@ def test_decision_cache_is_invalidated_by_swap():
 async def test_create_acls_validates_skips_duplicates_persists_then_applies():
     writes = []
 
-    async def writer(added, removed):
+    async def writer(added, removed):  # the log's owner feeds the change back, as MetadataImage does
         writes.append((dict(added), list(removed)))
+        a.apply_changes(added, removed)
 
     a = make()
     a.acl_writer = writer
@@ -485,6 +486,7 @@ async def test_delete_acls_per_filter_results_with_matching_bindings():
 
     async def writer(added, removed):
         removed_ids.extend(removed)
+        a.apply_changes(added, removed)
 
     a = make(acl("orders"), acl("orders", op=Op.WRITE), acl("logs"), acl("fin-", pattern=PRE))
     a.acl_writer = writer

@@ -1,0 +1,85 @@
+"""Which metadata store a gateway (or an offline command) opens: ``metadata.backend`` in YAML.
+
+``directory`` is the embedded default (one gateway, a local log).  ``kafka`` is the log
+several gateways share, on a topic of the upstream cluster (``metadata.kafka_topic``); it
+reaches the cluster as kgw's own upstream identity, so the librdkafka settings below are
+built from the ``upstream:`` section (bootstrap servers, security protocol, SASL, TLS).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from metadata.directory import DirectoryMetadataStore
+from metadata.image import MetadataImage
+from metadata.store import MetadataStore
+
+__all__ = ["librdkafka_settings", "open_metadata_store", "offline_image"]
+
+
+def librdkafka_settings(upstream: Any) -> dict[str, Any]:
+    """librdkafka's configuration for kgw's own connections to the upstream cluster."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": ",".join(str(a) for a in upstream.bootstrap_servers),
+        "security.protocol": str(upstream.security_protocol),
+        "socket.connection.setup.timeout.ms": upstream.connect_timeout_ms,
+        "socket.timeout.ms": upstream.request_timeout_ms,
+        "topic.metadata.refresh.interval.ms": upstream.metadata_max_age_ms,
+        "reconnect.backoff.max.ms": 1000,
+    }
+    if upstream.sasl is not None:
+        conf.update({"sasl.mechanism": str(upstream.sasl.mechanism), "sasl.username": upstream.sasl.username,
+                     "sasl.password": upstream.sasl.password})
+    tls = upstream.tls
+    if tls is not None:
+        if tls.ca_file is not None:
+            conf["ssl.ca.location"] = str(tls.ca_file)
+        if tls.cert_file is not None:
+            conf["ssl.certificate.location"] = str(tls.cert_file)
+        if tls.key_file is not None:
+            conf["ssl.key.location"] = str(tls.key_file)
+        conf["ssl.endpoint.identification.algorithm"] = "https" if tls.check_hostname else "none"
+    return conf
+
+
+def open_metadata_store(config: Any, *, role: str = "gateway") -> MetadataStore:
+    """The store ``config.metadata`` names (not loaded yet).  ``role`` names the instance in
+    the Kafka backend's message keys and client ids."""
+    md = config.metadata
+    if md.backend == "directory":
+        return DirectoryMetadataStore(md.path)
+    from metadata.kafka_topic import KafkaMetadataStore, KafkaTopicSettings
+
+    instance = f"{config.cluster_id}-{role}-{socket.gethostname()}-{os.getpid()}"
+    return KafkaMetadataStore(KafkaTopicSettings(
+        client=librdkafka_settings(config.upstream), topic=md.topic, replication_factor=md.replication_factor,
+        min_insync_replicas=md.min_insync_replicas, write_timeout_s=md.write_timeout_ms / 1000,
+        load_timeout_s=max(30.0, config.upstream.request_timeout_ms / 1000), instance=instance))
+
+
+@asynccontextmanager
+async def offline_image(config: Any | None, data_dir: Path | None = None, authorizer: Any = None,
+                        ) -> AsyncIterator[MetadataImage]:
+    """The metadata image loaded and, for a shared log, followed - for the offline commands
+    (``kgw acls``, ``kgw metadata``).  A directory log must not be in use by a gateway (its
+    lock says so); the Kafka log may be, its writes are ordered with the gateways' ones."""
+    store = DirectoryMetadataStore(data_dir) if data_dir is not None else open_metadata_store(config, role="cli")
+    try:
+        image = MetadataImage(store, authorizer, snapshot_every=10**12)
+        if authorizer is not None:
+            authorizer.acl_writer = image.write_acls
+        await image.load()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(image.follow)
+            yield image
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
