@@ -10,7 +10,6 @@ durable when the command returns.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import trio
 
@@ -26,7 +25,7 @@ from authz.acl import (
     ResourcePatternFilter,
     ResourceType,
 )
-from gateway.metadata_backend import offline_image
+from gateway.metadata_backend import metadata_location, offline_image
 from metadata.store import MetadataLogError
 from metadata.shell import render
 from authz.standard_authorizer import StandardAuthorizer
@@ -41,16 +40,6 @@ _RESOURCES = {
     "delegation_token": ResourceType.DELEGATION_TOKEN,
     "user": ResourceType.USER,
 }
-
-
-def _where(args) -> tuple[object | None, Path | None]:
-    """(gateway config, None) or (None, --data-dir)."""
-    if args.data_dir:
-        return None, Path(args.data_dir)
-    from configs.yaml_reader import load_config
-
-    config = load_config(args.config)
-    return (config, None) if config.metadata.backend != "directory" else (None, Path(config.metadata.path))
 
 
 def _resource(args, for_filter: bool):
@@ -98,7 +87,7 @@ def _filter(args) -> AclBindingFilter:
 
 
 async def _with_store(args, work):
-    config, data_dir = _where(args)
+    config, data_dir = metadata_location(args.config, args.data_dir)
     authorizer = StandardAuthorizer()
     async with offline_image(config, data_dir, authorizer) as image:
         return await work(authorizer, image)

@@ -297,9 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _tool_commands():
-    from gateway import acl_cli
+    from gateway import acl_cli, metadata_cli
 
-    return [acl_cli.register]
+    return [acl_cli.register, metadata_cli.register]
 
 
 #: Subcommand registrars of tooling modules (``kgw acls``).

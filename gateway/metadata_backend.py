@@ -21,7 +21,7 @@ from metadata.directory import DirectoryMetadataStore
 from metadata.image import MetadataImage
 from metadata.store import MetadataStore
 
-__all__ = ["librdkafka_settings", "open_metadata_store", "offline_image"]
+__all__ = ["librdkafka_settings", "metadata_location", "open_metadata_store", "offline_image"]
 
 
 def librdkafka_settings(upstream: Any) -> dict[str, Any]:
@@ -62,6 +62,17 @@ def open_metadata_store(config: Any, *, role: str = "gateway") -> MetadataStore:
         client=librdkafka_settings(config.upstream), topic=md.topic, replication_factor=md.replication_factor,
         min_insync_replicas=md.min_insync_replicas, write_timeout_s=md.write_timeout_ms / 1000,
         load_timeout_s=max(30.0, config.upstream.request_timeout_ms / 1000), instance=instance))
+
+
+def metadata_location(config_path: str | None, data_dir: str | None) -> tuple[Any | None, Path | None]:
+    """Where an offline command finds the log: ``(gateway config, None)`` for the Kafka
+    backend, ``(None, directory)`` for a directory log (``--data-dir``, or the config's path)."""
+    if data_dir:
+        return None, Path(data_dir)
+    from configs.yaml_reader import load_config
+
+    config = load_config(config_path)
+    return (config, None) if config.metadata.backend != "directory" else (None, Path(config.metadata.path))
 
 
 @asynccontextmanager

@@ -1,0 +1,98 @@
+"""``kgw metadata export`` / ``import``: the metadata state as a JSON document (a backup,
+and the way from the directory backend to the shared Kafka topic; :mod:`metadata.transfer`).
+
+Both open the store the way ``kgw acls`` does: a directory log only while no gateway uses
+it, the shared Kafka log at any time (an import is then ordered with the gateways' own
+writes, and every gateway applies it).  An import writes what the target lacks in batches
+of :data:`IMPORT_BATCH` records, each durable before the next; it is idempotent, so an
+interrupted import is finished by running it again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import trio
+
+from gateway.metadata_backend import metadata_location, offline_image
+from metadata.records import AccessControlEntryRecord, ConfigRecord, UserScramCredentialRecord
+from metadata.store import MetadataLogError
+from metadata.transfer import MetadataDocumentError, export_document, parse_document, plan_import
+
+__all__ = ["register"]
+
+#: records per append: one Kafka message stays well under the default 1 MiB message size
+IMPORT_BATCH = 2_000
+
+
+async def _export(args) -> int:
+    config, data_dir = metadata_location(args.config, args.data_dir)
+    async with offline_image(config, data_dir) as image:
+        doc = export_document(image.acls, image.configs, image.scram, image.offset)
+    text = json.dumps(doc, indent=1, sort_keys=False) + "\n"
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        # the document carries salted SCRAM keys: readable by the owner only
+        fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+    print(f"exported {len(doc['acls'])} ACLs, {len(doc['configs'])} config entries, "
+          f"{len(doc['scram_credentials'])} SCRAM credentials as of offset {doc['offset']}", file=sys.stderr)
+    return 0
+
+
+def _summary(records) -> str:
+    acls = sum(isinstance(r, AccessControlEntryRecord) for r in records)
+    configs = sum(isinstance(r, ConfigRecord) for r in records)
+    scram = sum(isinstance(r, UserScramCredentialRecord) for r in records)
+    return f"{acls} ACLs, {configs} config changes, {scram} SCRAM credentials, {len(records) - acls - configs - scram} removals"
+
+
+async def _import(args, records) -> int:
+    config, data_dir = metadata_location(args.config, args.data_dir)
+    async with offline_image(config, data_dir) as image:
+        plan = plan_import(image, records, replace=args.replace)
+        if args.dry_run:
+            print(f"would write {len(plan)} records: {_summary(plan)}")
+            return 0
+        for start in range(0, len(plan), IMPORT_BATCH):
+            await image.append(plan[start : start + IMPORT_BATCH])
+        print(f"imported {len(plan)} records: {_summary(plan)}; the log is at offset {image.offset}")
+    return 0
+
+
+def cmd_metadata(args) -> int:
+    try:
+        if args.action == "export":
+            return trio.run(_export, args)
+        try:
+            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+            records = parse_document(json.loads(text))
+        except (OSError, json.JSONDecodeError, MetadataDocumentError) as e:
+            print(f"kgw metadata import: {args.file}: {e}", file=sys.stderr)
+            return 2
+        return trio.run(_import, args, records)
+    except MetadataLogError as e:
+        print(f"kgw metadata {args.action}: {e}", file=sys.stderr)
+        return 2
+
+
+def register(sub) -> None:
+    p = sub.add_parser("metadata", help="export or import kgw's metadata state (ACLs, configs, SCRAM users) as JSON",
+                       description="export: print the state as a JSON document (a backup; sorted, so equal states "
+                       "give equal files). import: make the metadata log hold what a document holds - what is "
+                       "missing is added, and with --replace what the document lacks is removed. Moves state from "
+                       "the directory backend to the Kafka one: export --data-dir, import --config.")
+    p.add_argument("action", choices=["export", "import"])
+    p.add_argument("file", nargs="?", default="-", help="import: the document ('-' for standard input)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--config", help="gateway YAML (its metadata section: the directory or the Kafka topic)")
+    where.add_argument("--data-dir", help="the metadata log directory")
+    p.add_argument("--output", "-o", help="export: write here (mode 0600) instead of standard output")
+    p.add_argument("--replace", action="store_true", help="import: also remove what the document does not hold")
+    p.add_argument("--dry-run", action="store_true", help="import: print what would be written, write nothing")
+    p.set_defaults(func=cmd_metadata)

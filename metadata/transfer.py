@@ -1,0 +1,197 @@
+"""``kgw metadata export`` / ``import``: the image as one JSON document, and back.
+
+The document is a backup and the way to move state between backends (the directory log
+of one gateway -> the shared Kafka topic of several).  It holds the *state* (what a
+snapshot holds), not the history::
+
+    {"format": "kgw-metadata", "version": 1, "offset": 41,
+     "acls": [{"id": "<uuid>", "resource_type": "TOPIC", "resource_name": "orders",
+               "pattern_type": "LITERAL", "principal": "User:alice", "host": "*",
+               "operation": "READ", "permission_type": "ALLOW"}, ...],
+     "configs": [{"resource_type": 4, "resource_name": "", "name": "...", "value": "..."}, ...],
+     "scram_credentials": [{"name": "bob", "mechanism": "SCRAM-SHA-256", "iterations": 8192,
+                            "salt": "<base64>", "stored_key": "<base64>", "server_key": "<base64>"}]}
+
+Lists are sorted, so two instances that applied the same offset export byte-identical
+documents (the convergence check of the shared backend compares exports).  SCRAM entries
+carry salted keys, never passwords, but they are still secrets: the file is as sensitive
+as the metadata log itself.
+
+:func:`plan_import` turns a document into the records that make a target image equal to
+it: what is missing is added; with ``replace`` what the document lacks is removed too.
+Applying the plan twice is a no-op the second time.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from authz.acl import AclOperation, AclPermissionType, PatternType, ResourceType
+from metadata.image import binding_to_record, record_to_binding
+from metadata.records import (
+    AccessControlEntryRecord,
+    ConfigRecord,
+    MetadataRecord,
+    RemoveAccessControlEntryRecord,
+    RemoveUserScramCredentialRecord,
+    UserScramCredentialRecord,
+)
+from metadata.scram_credentials import MECHANISM_CODE_OF, MECHANISM_CODES
+
+__all__ = ["FORMAT", "VERSION", "MetadataDocumentError", "export_document", "parse_document", "plan_import"]
+
+FORMAT = "kgw-metadata"
+VERSION = 1
+
+
+class MetadataDocumentError(ValueError):
+    """The document is not a kgw metadata export this version can read (the message says where)."""
+
+
+def export_document(acls: Mapping[uuid.UUID, Any], configs: Mapping[tuple[int, str], Mapping[str, str]],
+                    scram: Mapping[tuple[str, int], UserScramCredentialRecord], offset: int) -> dict[str, Any]:
+    """The state (an image's ``acls``/``configs``/``scram``) as a JSON-ready document."""
+    acl_entries = []
+    for acl_id, binding in acls.items():
+        r = binding_to_record(acl_id, binding)
+        acl_entries.append({
+            "id": str(r.id), "resource_type": ResourceType(r.resource_type).name, "resource_name": r.resource_name,
+            "pattern_type": PatternType(r.pattern_type).name, "principal": r.principal, "host": r.host,
+            "operation": AclOperation(r.operation).name, "permission_type": AclPermissionType(r.permission_type).name,
+        })
+    acl_entries.sort(key=lambda e: (e["resource_type"], e["resource_name"], e["pattern_type"], e["principal"],
+                                    e["host"], e["operation"], e["permission_type"], e["id"]))
+    config_entries = sorted(
+        ({"resource_type": rtype, "resource_name": rname, "name": k, "value": v}
+         for (rtype, rname), entries in configs.items() for k, v in entries.items()),
+        key=lambda e: (e["resource_type"], e["resource_name"], e["name"]))
+    scram_entries = sorted(
+        ({"name": r.name, "mechanism": str(MECHANISM_CODES.get(r.mechanism, r.mechanism)), "iterations": r.iterations,
+          "salt": _b64(r.salt), "stored_key": _b64(r.stored_key), "server_key": _b64(r.server_key)}
+         for r in scram.values()),
+        key=lambda e: (e["name"], e["mechanism"]))
+    return {"format": FORMAT, "version": VERSION, "offset": offset, "acls": acl_entries,
+            "configs": config_entries, "scram_credentials": scram_entries}
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(bytes(data)).decode("ascii")
+
+
+def _field(entry: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    if key not in entry:
+        raise MetadataDocumentError(f"{where}: missing {key!r}")
+    value = entry[key]
+    if kind is str and value is None:
+        raise MetadataDocumentError(f"{where}: {key!r} must not be null")
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise MetadataDocumentError(f"{where}: {key!r} must be a {kind.__name__}, not {type(value).__name__}")
+    return value
+
+
+def _enum(enum_cls, entry: Mapping[str, Any], key: str, where: str, *, wild: tuple[str, ...] = ()) -> int:
+    text = _field(entry, key, str, where)
+    member = enum_cls.__members__.get(text)
+    if member is None or member.name in ("ANY", "UNKNOWN", "MATCH", *wild):
+        raise MetadataDocumentError(f"{where}: {key} {text!r} is not a concrete {enum_cls.__name__}")
+    return int(member)
+
+
+def _bytes(entry: Mapping[str, Any], key: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(_field(entry, key, str, where), validate=True)
+    except (binascii.Error, ValueError):
+        raise MetadataDocumentError(f"{where}: {key!r} is not base64") from None
+
+
+def parse_document(doc: Any) -> list[MetadataRecord]:
+    """The records a document describes (ACLs, configs, SCRAM credentials), validated."""
+    if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
+        raise MetadataDocumentError(f"not a kgw metadata export (expected \"format\": {FORMAT!r})")
+    if doc.get("version") != VERSION:
+        raise MetadataDocumentError(f"export version {doc.get('version')!r}: this kgw reads version {VERSION}")
+    records: list[MetadataRecord] = []
+    for i, e in enumerate(_list(doc, "acls")):
+        where = f"acls[{i}]"
+        try:
+            acl_id = uuid.UUID(_field(e, "id", str, where))
+        except ValueError:
+            raise MetadataDocumentError(f"{where}: 'id' is not a UUID") from None
+        records.append(AccessControlEntryRecord(
+            id=acl_id, resource_type=_enum(ResourceType, e, "resource_type", where),
+            resource_name=_field(e, "resource_name", str, where),
+            pattern_type=_enum(PatternType, e, "pattern_type", where),
+            principal=_field(e, "principal", str, where), host=_field(e, "host", str, where),
+            operation=_enum(AclOperation, e, "operation", where),
+            permission_type=_enum(AclPermissionType, e, "permission_type", where)))
+    for i, e in enumerate(_list(doc, "configs")):
+        where = f"configs[{i}]"
+        records.append(ConfigRecord(resource_type=_field(e, "resource_type", int, where),
+                                    resource_name=_field(e, "resource_name", str, where),
+                                    name=_field(e, "name", str, where), value=_field(e, "value", str, where)))
+    for i, e in enumerate(_list(doc, "scram_credentials")):
+        where = f"scram_credentials[{i}]"
+        mechanism = MECHANISM_CODE_OF.get(_field(e, "mechanism", str, where))
+        if mechanism is None:
+            raise MetadataDocumentError(f"{where}: mechanism {e['mechanism']!r}: one of {sorted(MECHANISM_CODE_OF)}")
+        iterations = _field(e, "iterations", int, where)
+        if iterations < 1:
+            raise MetadataDocumentError(f"{where}: iterations must be positive")
+        records.append(UserScramCredentialRecord(
+            name=_field(e, "name", str, where), mechanism=mechanism, salt=_bytes(e, "salt", where),
+            stored_key=_bytes(e, "stored_key", where), server_key=_bytes(e, "server_key", where),
+            iterations=iterations))
+    return records
+
+
+def _list(doc: Mapping[str, Any], key: str) -> Sequence[Mapping[str, Any]]:
+    value = doc.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(e, Mapping) for e in value):
+        raise MetadataDocumentError(f"{key!r} must be a list of objects")
+    return value
+
+
+def plan_import(target: Any, records: Sequence[MetadataRecord], *, replace: bool = False) -> list[MetadataRecord]:
+    """The records that make ``target`` (a :class:`~metadata.image.MetadataImage`) hold
+    what ``records`` (from :func:`parse_document`) describe.  ACLs are matched by binding
+    (an ACL already present under another id is kept); configs and credentials by key."""
+    wanted_acls = {}
+    wanted_configs: dict[tuple[int, str, str], str] = {}
+    wanted_scram: dict[tuple[str, int], UserScramCredentialRecord] = {}
+    for r in records:
+        if isinstance(r, AccessControlEntryRecord):
+            wanted_acls.setdefault(record_to_binding(r), r)
+        elif isinstance(r, ConfigRecord):
+            wanted_configs[(r.resource_type, r.resource_name, r.name)] = r.value  # type: ignore[assignment]
+        elif isinstance(r, UserScramCredentialRecord):
+            wanted_scram[(r.name, r.mechanism)] = r
+    plan: list[MetadataRecord] = []
+    present = {binding: acl_id for acl_id, binding in target.acls.items()}
+    for binding, r in wanted_acls.items():
+        if binding not in present:
+            if r.id in target.acls:  # the id is taken by another ACL in the target: a new one
+                r = AccessControlEntryRecord(**{**_fields(r), "id": uuid.uuid4()})
+            plan.append(r)
+    for (rtype, rname, name), value in wanted_configs.items():
+        if target.configs.get((rtype, rname), {}).get(name) != value:
+            plan.append(ConfigRecord(resource_type=rtype, resource_name=rname, name=name, value=value))
+    for key, r in wanted_scram.items():
+        if target.scram.get(key) != r:
+            plan.append(r)
+    if replace:
+        plan += [RemoveAccessControlEntryRecord(id=acl_id) for binding, acl_id in present.items()
+                 if binding not in wanted_acls]
+        plan += [ConfigRecord(resource_type=rtype, resource_name=rname, name=name, value=None)
+                 for (rtype, rname), entries in target.configs.items() for name in entries
+                 if (rtype, rname, name) not in wanted_configs]
+        plan += [RemoveUserScramCredentialRecord(name=name, mechanism=mech) for (name, mech) in target.scram
+                 if (name, mech) not in wanted_scram]
+    return plan
+
+
+def _fields(r: AccessControlEntryRecord) -> dict[str, Any]:
+    return {f: getattr(r, f) for f in r.__dataclass_fields__}
