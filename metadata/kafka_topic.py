@@ -44,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -75,6 +76,33 @@ _MANIFEST_KEY = b"manifest"
 #: how far back the newest manifest is looked for, in messages of the snapshot topic
 _SCAN_WINDOW = 256
 _LOG_END_CHECK_S = 1.0
+
+
+class _OncePerInterval(logging.Filter):
+    """librdkafka retries a dead broker every few tens of milliseconds and logs each attempt:
+    pass one line per (client, facility) per interval; the outage itself is reported once by
+    the store (stale since ...)."""
+
+    def __init__(self, interval_s: float = 60.0) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._last: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) and len(record.args) == 3 else ("", "", "")
+        key = (str(args[1]), str(args[0]))  # confluent-kafka logs ("%s [%s] %s", facility, client, text)
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(key, -math.inf) < self.interval_s:
+                return False
+            self._last[key] = now
+        return True
+
+
+#: where librdkafka's own log lines go (instead of raw stderr), rate limited
+librdkafka_log = logging.getLogger("kgw.metadata.librdkafka")
+librdkafka_log.addFilter(_OncePerInterval())
 
 
 class MetadataTopicShapeError(MetadataLogError):
@@ -196,6 +224,7 @@ class KafkaMetadataStore(MetadataStore):
     def _client(self, **extra: Any) -> dict[str, Any]:
         conf = dict(self.settings.client)
         conf.setdefault("client.id", f"kgw-metadata-{self.settings.instance}")
+        conf.setdefault("logger", librdkafka_log)
         conf.update(extra)
         return conf
 
@@ -438,6 +467,8 @@ class KafkaMetadataStore(MetadataStore):
             consumer.close()
 
     def _check_log_end(self, consumer: Any, tp: Any) -> None:
+        if self._admin is not None:
+            self._admin.poll(0)  # serve its queued log lines (see librdkafka_log)
         try:
             _low, high = consumer.get_watermark_offsets(tp, timeout=2.0, cached=False)
         except Exception as exc:  # noqa: BLE001 - KafkaException: the cluster did not answer

@@ -115,16 +115,19 @@ class KafkaCluster:
         assert node.process is not None
         node.process.kill()
 
-    def restart(self, node_id: int) -> None:
-        """Start a killed or stopped node again on its data and ports; returns once it is unfenced."""
-        node = self.node(node_id)
-        home = self.work / f"node-{node.node_id}"
+    def restart(self, *node_ids: int) -> None:
+        """Start killed or stopped nodes again on their data and ports (all at once, so a
+        quorum can form when several are down); returns once every one is running."""
         log4j = _log4j(self.work, "WARN")
         heap = "512m" if len(self.nodes) == 1 else "384m"
-        node.process = ManagedProcess(f"kafka-{node.node_id}-restarted", [*_java(self.libs, log4j, heap), "kafka.Kafka",
-                                                                          str(home / "server.properties")],
-                                      log_dir=home).start()
-        node.process.wait_for_line(_READY, READY_TIMEOUT)
+        nodes = [self.node(i) for i in node_ids]
+        for node in nodes:
+            home = self.work / f"node-{node.node_id}"
+            node.process = ManagedProcess(f"kafka-{node.node_id}-restarted",
+                                          [*_java(self.libs, log4j, heap), "kafka.Kafka", str(home / "server.properties")],
+                                          log_dir=home).start()
+        for node in nodes:
+            node.process.wait_for_line(_READY, READY_TIMEOUT)
 
     def describe_failure(self) -> str:
         return "\n".join(n.process.describe_failure(f"kafka node {n.node_id}") for n in self.nodes if n.process)
