@@ -160,6 +160,13 @@ class _Manifest:
             return None
 
 
+def _available(consumer: Any, timeout_s: float, most: int = 1000) -> list[Any]:
+    """The messages (and events) ready now, waiting at most ``timeout_s`` for the first:
+    ``consume(n, timeout)`` alone waits out its timeout unless ``n`` messages arrive."""
+    first = consumer.poll(timeout_s)
+    return [] if first is None else [first, *consumer.consume(most - 1, 0)]
+
+
 def _decode_message(value: bytes | None, offset: int, where: str) -> tuple[MetadataRecord, ...]:
     if value is None:
         raise MetadataLogCorruptError(f"{where}: offset {offset} has a null value")
@@ -366,8 +373,7 @@ class KafkaMetadataStore(MetadataStore):
         deadline = time.monotonic() + self.settings.load_timeout_s
         try:
             while True:
-                messages = consumer.consume(1000, 0.5)
-                for m in messages:
+                for m in _available(consumer, 0.5):
                     err = m.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
@@ -445,7 +451,7 @@ class KafkaMetadataStore(MetadataStore):
         next_check = 0.0
         try:
             while not self._stop.is_set():
-                for m in consumer.consume(500, 0.1):
+                for m in _available(consumer, 0.1):
                     err = m.error()
                     if err is not None:
                         if err.code() != KafkaError._PARTITION_EOF:
@@ -555,7 +561,9 @@ class KafkaMetadataStore(MetadataStore):
         if self._manifests and self._manifests[-1].end_offset >= end:
             return
         records = list(records)
-        data = encode_snapshot(records, epoch=0, timestamp_ms=int(time.time() * 1000))
+        # encoded off the event loop: 100k ACLs take a few hundred milliseconds
+        data = await trio.to_thread.run_sync(
+            lambda: encode_snapshot(records, epoch=0, timestamp_ms=int(time.time() * 1000)))
         chunks = [data[i : i + _CHUNK_BYTES] for i in range(0, len(data), _CHUNK_BYTES)] or [b""]
         offsets = await self._produce(self.settings.snapshots,
                                       [(f"chunk:{end}:{i}".encode(), c) for i, c in enumerate(chunks)])
