@@ -38,7 +38,7 @@ from kio.static.primitive import i8  # noqa: E402
 from authz.credentials import PlainCredential  # noqa: E402
 from metadata.record_batch import encode_batch  # noqa: E402
 from metadata.records import AccessControlEntryRecord, RemoveAccessControlEntryRecord, encode_record  # noqa: E402
-from protocol.codecs import make, nested, request_class  # noqa: E402
+from protocol.codecs import nested, request_class  # noqa: E402
 from tests.support.cluster import base_gateway_config, deep_merge, launch_gateway  # noqa: E402
 from tests.support.kafka import start_kafka_cluster  # noqa: E402
 from tests.support.ports import HOST, free_port, free_port_base  # noqa: E402
@@ -70,11 +70,7 @@ def start(cluster, work: Path, md_topic: str, name: str, timeout: float = 60.0):
 
 
 def login(gw, user: str) -> RawConnection:
-    conn = RawConnection(gw.bootstrap, timeout=30)
-    assert conn.call(17, 1, make(request_class(17, 1), mechanism="PLAIN")).error_code == 0
-    auth = conn.call(36, 2, make(request_class(36, 2), auth_bytes=f"\0{user}\0{PASSWORDS[user]}".encode()))
-    assert auth.error_code == 0, auth
-    return conn
+    return RawConnection(gw.bootstrap, timeout=30).sasl_plain(user, PASSWORDS[user])
 
 
 def create_acl(conn: RawConnection, topic: str) -> None:

@@ -13,13 +13,13 @@ from typing import Callable
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-__all__ = ["serve_admin"]
+__all__ = ["http_get", "readiness_body", "response", "serve_admin", "serve_http"]
 
 log = logging.getLogger("kgw.admin")
 _MAX_HEAD = 8192
 
 
-def _response(status: str, body: bytes, content_type: str = "text/plain; charset=utf-8") -> bytes:
+def response(status: str, body: bytes, content_type: str = "text/plain; charset=utf-8") -> bytes:
     head = f"HTTP/1.0 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     return head.encode() + body
 
@@ -27,20 +27,24 @@ def _response(status: str, body: bytes, content_type: str = "text/plain; charset
 def route(path: str, registry: CollectorRegistry, readiness: Callable[[], dict[str, bool]]) -> bytes:
     path = path.split("?", 1)[0]
     if path == "/metrics":
-        return _response("200 OK", generate_latest(registry), CONTENT_TYPE_LATEST)
+        return response("200 OK", generate_latest(registry), CONTENT_TYPE_LATEST)
     if path == "/healthz":
-        return _response("200 OK", b"ok\n")
+        return response("200 OK", b"ok\n")
     if path == "/readyz":
-        states = readiness()
-        # a state is True (ready), False (not ready) or a string: not ready, for that reason
-        body = "".join(f"{name} {'ready' if ok is True else 'not ready' if ok is False else f'not ready ({ok})'}\n"
-                       for name, ok in states.items()).encode()
-        return _response("200 OK" if states and all(ok is True for ok in states.values())
-                         else "503 Service Unavailable", body)
-    return _response("404 Not Found", b"not found: try /metrics, /healthz or /readyz\n")
+        return readiness_body(readiness())
+    return response("404 Not Found", b"not found: try /metrics, /healthz or /readyz\n")
 
 
-async def _handle(stream: trio.SocketStream, registry, readiness) -> None:
+def readiness_body(states: dict) -> bytes:
+    """200 when every state is True, else 503; a state is True (ready), False (not ready) or a
+    string: not ready, for that reason."""
+    body = "".join(f"{name} {'ready' if ok is True else 'not ready' if ok is False else f'not ready ({ok})'}\n"
+                   for name, ok in states.items()).encode()
+    return response("200 OK" if states and all(ok is True for ok in states.values())
+                    else "503 Service Unavailable", body)
+
+
+async def _handle(stream: trio.SocketStream, respond) -> None:
     try:
         head = b""
         with trio.move_on_after(5):
@@ -51,11 +55,11 @@ async def _handle(stream: trio.SocketStream, registry, readiness) -> None:
                 head += data
         line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
         if len(line) < 2:
-            await stream.send_all(_response("400 Bad Request", b"bad request\n"))
+            await stream.send_all(response("400 Bad Request", b"bad request\n"))
         elif line[0] not in ("GET", "HEAD"):
-            await stream.send_all(_response("405 Method Not Allowed", b"GET only\n"))
+            await stream.send_all(response("405 Method Not Allowed", b"GET only\n"))
         else:
-            await stream.send_all(route(line[1], registry, readiness))
+            await stream.send_all(await respond(line[1]))
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
     except Exception:
@@ -64,10 +68,40 @@ async def _handle(stream: trio.SocketStream, registry, readiness) -> None:
         await trio.aclose_forcefully(stream)
 
 
-async def serve_admin(host: str, port: int, registry: CollectorRegistry, readiness, task_status=trio.TASK_STATUS_IGNORED):
+async def serve_http(host: str, port: int, respond, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve GET requests with ``await respond(path)`` (a whole HTTP response); reports the port."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
     async with trio.open_nursery() as nursery:
         task_status.started(bound)
         for listener in listeners:
-            nursery.start_soon(trio.serve_listeners, lambda s: _handle(s, registry, readiness), [listener])
+            nursery.start_soon(trio.serve_listeners, lambda s: _handle(s, respond), [listener])
+
+
+async def serve_admin(host: str, port: int, registry: CollectorRegistry, readiness, task_status=trio.TASK_STATUS_IGNORED):
+    async def respond(path: str) -> bytes:
+        return route(path, registry, readiness)
+
+    await serve_http(host, port, respond, task_status=task_status)
+
+
+async def http_get(host: str, port: int, path: str, timeout_s: float = 2.0) -> tuple[int, bytes]:
+    """(status, body) of one GET to an admin endpoint; (0, reason) when it does not answer."""
+    with trio.move_on_after(timeout_s):
+        try:
+            stream = await trio.open_tcp_stream(host, port)
+            async with stream:
+                await stream.send_all(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+                data = bytearray()
+                while chunk := await stream.receive_some(65536):
+                    data += chunk
+                    if len(data) > 64 << 20:
+                        return 0, b"response too large"
+        except OSError as e:
+            return 0, str(e).encode()
+        head, _, body = bytes(data).partition(b"\r\n\r\n")
+        try:
+            return int(head.split(b" ", 2)[1]), body
+        except (IndexError, ValueError):
+            return 0, b"not an HTTP response"
+    return 0, b"timed out"

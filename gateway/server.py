@@ -45,7 +45,9 @@ class StartedGateway:
 
 
 class Gateway:
-    def __init__(self, config) -> None:
+    def __init__(self, config, *, reuse_port: bool = False) -> None:
+        #: bind listener ports with SO_REUSEPORT (one of several workers, gateway/workers.py)
+        self.reuse_port = reuse_port
         self.config = config
         self.metrics = GatewayMetrics()
         up = config.upstream

@@ -393,7 +393,6 @@ class KafkaMetadataStore(MetadataStore):
             consumer.unassign()
 
     def _newest_snapshot(self, consumer: Any) -> tuple[_Manifest | None, list[MetadataRecord]]:
-        from confluent_kafka import TopicPartition
 
         topic = self.settings.snapshots
         low, high = self._watermarks(consumer, topic)

@@ -152,12 +152,12 @@ def kafka_gateway(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ca
     started: list[Gateway] = []
 
     def _start(extra: dict[str, Any] | None = None, *, upstream: KafkaCluster | None = None,
-               name: str | None = None) -> Gateway:
+               name: str | None = None, args: tuple[str, ...] = ()) -> Gateway:
         upstream = upstream or request.getfixturevalue("kafka")
         gw_name = name or f"kgw-{len(started)}"
         work = tmp_path / gw_name
         config = deep_merge(base_gateway_config(upstream.bootstrap, work / "metadata", upstream.node_ids), extra or {})
-        gw = launch_gateway(gw_name, config, work, node_ids=upstream.node_ids)
+        gw = launch_gateway(gw_name, config, work, node_ids=upstream.node_ids, args=args)
         started.append(gw)
         return gw
 

@@ -102,11 +102,7 @@ def _stale_seconds(gw) -> float:
 def _login(gw, user: str) -> RawConnection:
     """A raw SASL/PLAIN connection: with every broker down a client library would not get past
     its Metadata request; the ACL APIs kgw answers itself need no broker."""
-    conn = RawConnection(gw.bootstrap)
-    assert conn.call(17, 1, make(request_class(17, 1), mechanism="PLAIN")).error_code == 0
-    auth = conn.call(36, 2, make(request_class(36, 2), auth_bytes=f"\0{user}\0{PASSWORDS[user]}".encode()))
-    assert auth.error_code == 0, auth
-    return conn
+    return RawConnection(gw.bootstrap).sasl_plain(user, PASSWORDS[user])
 
 
 def _raw_acls(conn: RawConnection) -> set[str]:

@@ -187,6 +187,7 @@ def launch_gateway(
     *,
     ready_timeout: float = GATEWAY_READY_TIMEOUT,
     node_ids: tuple[int, ...] = (TANSU_NODE_ID,),
+    args: tuple[str, ...] = (),
 ) -> Gateway:
     """Write ``config``, run ``kgw run --config`` and wait for ``ready``.
 
@@ -194,7 +195,7 @@ def launch_gateway(
     listener, then ``admin: http://host:port``, then ``ready``.
     """
     config_path = write_config(work_dir / f"{name}.yaml", config)
-    proc = ManagedProcess(name, gateway_argv(config_path), log_dir=work_dir,
+    proc = ManagedProcess(name, [*gateway_argv(config_path), *args], log_dir=work_dir,
                           env=gateway_env(), cwd=work_dir).start()
     try:
         ready_idx, _ = proc.wait_for_line(r"^ready\s*$", ready_timeout)

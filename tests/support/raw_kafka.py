@@ -10,7 +10,7 @@ import socket
 import struct
 
 from gateway.upstream import encode_request
-from protocol.codecs import decode_response, request_class
+from protocol.codecs import decode_response, make, request_class
 
 T = 15
 
@@ -59,6 +59,14 @@ class RawConnection:
 
     def call(self, api_key: int, version: int, body, correlation_id: int | None = None):
         return self.call_raw(api_key, version, body, correlation_id)[1]
+
+    def sasl_plain(self, user: str, password: str) -> "RawConnection":
+        """Log in with SaslHandshake v1 + SaslAuthenticate v2 (PLAIN); asserts success."""
+        handshake = self.call(17, 1, make(request_class(17, 1), mechanism="PLAIN"))
+        assert handshake.error_code == 0, handshake
+        auth = self.call(36, 2, make(request_class(36, 2), auth_bytes=f"\0{user}\0{password}".encode()))
+        assert auth.error_code == 0, auth
+        return self
 
 
 def call(address: str, api_key: int, version: int, body, correlation_id: int = 11):

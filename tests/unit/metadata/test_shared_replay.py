@@ -10,7 +10,6 @@ and the records codec (every batch is encoded and decoded on its way through the
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Sequence
 
 import trio

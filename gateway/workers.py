@@ -1,0 +1,251 @@
+"""``kgw run --workers N``: N gateway processes on one host, sharing each listener's ports.
+
+One Python process uses one core for its event loop (plus its data-plane thread), so a host
+with more cores runs several.  This supervisor starts N workers, each a whole gateway
+(``kgw run --config FILE --worker-index I``: its own event loop, data-plane thread, upstream
+connections and metadata follower), and the kernel spreads accepted connections over them:
+every worker binds each listener port with ``SO_REUSEPORT``.
+
+* **One state.** Every worker follows the same metadata log in the same order, which needs
+  the shared ``metadata.backend: kafka``; the directory log admits one writer, so N > 1 with
+  it is refused at start (docs/operations.md).
+* **Restarts.** A worker that exits is started again (1 s back-off, doubling to 30 s while it
+  keeps dying within a minute of its start).  The other workers go on serving.
+* **Admin endpoint.** Workers bind their own on 127.0.0.1, an ephemeral port; the
+  supervisor serves the configured one: ``/metrics`` is every worker's series labelled
+  ``worker="I"`` (sum them without ``worker``) plus ``kgw_worker_up`` and
+  ``kgw_worker_restarts_total``; ``/readyz`` is 200 when every worker is ready, one line per
+  worker otherwise; ``/healthz`` is the supervisor's liveness.
+* **Stopping.** SIGTERM/SIGINT are passed to every worker (each drains, see ``kgw run``);
+  the supervisor exits once they have.  A second signal kills them.
+
+Start-up prints what ``kgw run`` prints (``listening:``, ``admin:``, ``ready``) once every
+worker is ready; a worker that exits before that stops the start with its status.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import trio
+
+from gateway.admin_http import http_get, readiness_body, response, serve_http
+
+__all__ = ["run_workers"]
+
+log = logging.getLogger("kgw.workers")
+
+_BACKOFF_FIRST_S = 1.0
+_BACKOFF_MAX_S = 30.0
+_STABLE_S = 60.0
+_ADMIN = re.compile(r"^admin: http://(\S+):(\d+)\s*$")
+
+
+@dataclass
+class _Worker:
+    index: int
+    process: trio.Process | None = None
+    admin: tuple[str, int] | None = None
+    ready: bool = False
+    listening: list[str] = field(default_factory=list)
+    restarts: int = 0
+    first_ready: trio.Event = field(default_factory=trio.Event)
+    exit_status: int | None = None
+
+
+def _die_with_parent() -> None:  # in the child, before exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class Supervisor:
+    def __init__(self, config_path: str, config, count: int) -> None:
+        self.config_path = config_path
+        self.config = config
+        self.workers = [_Worker(i) for i in range(count)]
+        self.stopping = False
+
+    def _argv(self, index: int) -> list[str]:
+        return [sys.executable, "-m", "gateway.cli", "run", "--config", self.config_path, "--worker-index", str(index)]
+
+    async def _run_one(self, worker: _Worker, failed_start: trio.Event) -> None:
+        backoff = _BACKOFF_FIRST_S
+        while not self.stopping:
+            started = time.monotonic()
+            worker.admin, worker.ready, worker.listening = None, False, []
+            process = await trio.lowlevel.open_process(self._argv(worker.index), stdout=subprocess.PIPE,
+                                                       preexec_fn=_die_with_parent)
+            worker.process = process
+            log.info("worker %d started (pid %d)", worker.index, process.pid)
+            buffer = b""
+            assert process.stdout is not None
+            async for chunk in process.stdout:
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for raw in lines:
+                    line = raw.decode(errors="replace").rstrip()
+                    if line.startswith("listening: "):
+                        worker.listening.append(line)
+                    elif m := _ADMIN.match(line):
+                        worker.admin = (m.group(1), int(m.group(2)))
+                    elif line == "ready":
+                        worker.ready = True
+                        worker.first_ready.set()
+            status = await process.wait()
+            worker.ready = False
+            worker.exit_status = status
+            if self.stopping:
+                return
+            if not worker.first_ready.is_set():
+                log.error("worker %d exited with status %d before it was ready", worker.index, status)
+                failed_start.set()
+                return
+            if time.monotonic() - started > _STABLE_S:
+                backoff = _BACKOFF_FIRST_S
+            worker.restarts += 1
+            log.warning("worker %d (pid %d) exited with status %d; starting it again in %.0fs",
+                        worker.index, process.pid, status, backoff)
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    def signal_all(self, signum: int) -> None:
+        for w in self.workers:
+            if w.process is not None and w.process.returncode is None:
+                try:
+                    w.process.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+
+    # -- the admin endpoint ---------------------------------------------------------------------
+
+    async def _respond(self, path: str) -> bytes:
+        path = path.split("?", 1)[0]
+        if path == "/healthz":
+            return response("200 OK", b"ok\n")
+        if path == "/readyz":
+            states: dict[str, bool | str] = {}
+            for w in self.workers:
+                if not w.ready or w.admin is None:
+                    states[f"worker {w.index}"] = "starting" if w.process is not None else False
+                    continue
+                status, body = await http_get(*w.admin, "/readyz")
+                reasons = [line for line in body.decode(errors="replace").splitlines() if "not ready" in line]
+                states[f"worker {w.index}"] = True if status == 200 else "; ".join(reasons) or f"HTTP {status}"
+            return readiness_body(states)
+        if path == "/metrics":
+            return response("200 OK", await self._metrics(), "text/plain; version=0.0.4; charset=utf-8")
+        return response("404 Not Found", b"not found: try /metrics, /healthz or /readyz\n")
+
+    async def _metrics(self) -> bytes:
+        families: dict[str, list[str]] = {}  # family -> HELP/TYPE lines (from the first worker)
+        samples: dict[str, list[str]] = {}
+        for w in self.workers:
+            if w.admin is None:
+                continue
+            status, body = await http_get(*w.admin, "/metrics")
+            if status != 200:
+                continue
+            _merge_exposition(body.decode(errors="replace"), f'worker="{w.index}"', families, samples)
+        out: list[str] = []
+        for name in families:
+            out += families[name]
+            out += samples.get(name, [])
+        out += ["# HELP kgw_worker_up 1 while the worker process runs and has been ready",
+                "# TYPE kgw_worker_up gauge"]
+        out += [f'kgw_worker_up{{worker="{w.index}"}} {1 if w.ready else 0}' for w in self.workers]
+        out += ["# HELP kgw_worker_restarts_total Times the worker was started again after it exited",
+                "# TYPE kgw_worker_restarts_total counter"]
+        out += [f'kgw_worker_restarts_total{{worker="{w.index}"}} {w.restarts}' for w in self.workers]
+        return ("\n".join(out) + "\n").encode()
+
+
+def _merge_exposition(text: str, label: str, families: dict[str, list[str]], samples: dict[str, list[str]]) -> None:
+    """Add one worker's Prometheus text exposition, every sample labelled with ``label``,
+    keeping each family's samples together (the format requires it)."""
+    family = ""
+    for line in text.splitlines():
+        if not line:
+            continue
+        if line.startswith("#"):
+            parts = line.split(" ", 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+                family = parts[2]
+                headers = families.setdefault(family, [])
+                if len(headers) < 2 and line not in headers:
+                    headers.append(line)
+            continue
+        cut = min((i for i in (line.find("{"), line.find(" ")) if i >= 0), default=-1)
+        if cut < 0:
+            continue
+        if line[cut] == "{":
+            rest = line[cut + 1 :]
+            labelled = f"{line[:cut]}{{{label}{'' if rest.startswith('}') else ','}{rest}"
+        else:
+            labelled = f"{line[:cut]}{{{label}}}{line[cut:]}"
+        families.setdefault(family, [])
+        samples.setdefault(family, []).append(labelled)
+
+
+async def run_workers(config_path: str, config, count: int, say) -> None:
+    """Supervise ``count`` workers until a signal (see the module docstring)."""
+    supervisor = Supervisor(config_path, config, count)
+    failed_start = trio.Event()
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            for w in supervisor.workers:
+                nursery.start_soon(supervisor._run_one, w, failed_start)
+
+            async def all_ready() -> None:
+                for w in supervisor.workers:
+                    await w.first_ready.wait()
+
+            with trio.CancelScope() as waiting:
+                async def fail_fast() -> None:
+                    await failed_start.wait()
+                    waiting.cancel()
+
+                nursery.start_soon(fail_fast)
+                await all_ready()
+            if failed_start.is_set():
+                supervisor.stopping = True
+                supervisor.signal_all(signal.SIGTERM)
+                status = next(w.exit_status for w in supervisor.workers if w.exit_status is not None)
+                raise RuntimeError(f"a worker could not start (exit status {status}); see its lines above")
+            admin = config.admin
+            if admin is not None:
+                port = await nursery.start(serve_http, admin.host, admin.port, supervisor._respond)
+            for line in supervisor.workers[0].listening:
+                say(line)
+            if admin is not None:
+                say(f"admin: http://{admin.host}:{port}")
+            say(f"workers: {' '.join(str(w.process.pid) for w in supervisor.workers if w.process)}")
+            say("ready")
+            log.info("%d workers ready", count)
+            signalled = False
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if signalled:
+                    log.info("received %s again: stopping the workers at once", name)
+                    supervisor.signal_all(signal.SIGKILL)
+                    continue
+                signalled = True
+                log.info("received %s: draining the %d workers", name, count)
+                supervisor.stopping = True
+                supervisor.signal_all(signal.SIGTERM)
+
+                async def stop_when_done() -> None:
+                    for w in supervisor.workers:
+                        if w.process is not None:
+                            await w.process.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(stop_when_done)
