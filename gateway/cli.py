@@ -119,7 +119,14 @@ def cmd_run(args) -> int:
         configure_logging(config.logging.level, config.logging.format, config.audit.log_level,
                           worker=args.worker_index)
         config = _as_worker(config)
-        return _run_main(lambda: _serve(config, reuse_port=True))
+
+        async def serve_worker() -> None:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_watch_supervisor, os.getppid())
+                await _serve(config, reuse_port=True)
+                nursery.cancel_scope.cancel()
+
+        return _run_main(serve_worker)
     configure_logging(config.logging.level, config.logging.format, config.audit.log_level)
     if args.workers > 1:
         problem = _workers_problem(config, args.workers)
@@ -130,6 +137,15 @@ def cmd_run(args) -> int:
 
         return _run_main(lambda: run_workers(args.config, config, args.workers, _say), own_signals=True)
     return _run_main(lambda: _serve(config))
+
+
+async def _watch_supervisor(supervisor_pid: int) -> None:
+    """A worker whose supervisor is gone (SIGKILLed: it could not pass a signal on) drains and
+    stops as on SIGTERM, instead of serving on unsupervised."""
+    while os.getppid() == supervisor_pid:
+        await trio.sleep(1)
+    log.warning("the supervisor (pid %d) is gone: stopping this worker", supervisor_pid)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _workers_problem(config, count: int) -> str | None:

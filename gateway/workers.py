@@ -17,7 +17,8 @@ every worker binds each listener port with ``SO_REUSEPORT``.
   ``kgw_worker_restarts_total``; ``/readyz`` is 200 when every worker is ready, one line per
   worker otherwise; ``/healthz`` is the supervisor's liveness.
 * **Stopping.** SIGTERM/SIGINT are passed to every worker (each drains, see ``kgw run``);
-  the supervisor exits once they have.  A second signal kills them.
+  the supervisor exits once they have.  A second signal kills them.  Workers run in their own
+  sessions and drain by themselves when their supervisor is gone (killed).
 
 Start-up prints what ``kgw run`` prints (``listening:``, ``admin:``, ``ready``) once every
 worker is ready; a worker that exits before that stops the start with its status.
@@ -25,7 +26,6 @@ worker is ready; a worker that exits before that stops the start with its status
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import re
 import signal
@@ -60,13 +60,6 @@ class _Worker:
     exit_status: int | None = None
 
 
-def _die_with_parent() -> None:  # in the child, before exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 class Supervisor:
     def __init__(self, config_path: str, config, count: int) -> None:
         self.config_path = config_path
@@ -82,8 +75,12 @@ class Supervisor:
         while not self.stopping:
             started = time.monotonic()
             worker.admin, worker.ready, worker.listening = None, False, []
+            # its own session: a signal to the supervisor's group reaches the workers only as the
+            # supervisor passes it on, so none exits before the supervisor knows it is stopping.
+            # (Not PR_SET_PDEATHSIG: it fires when the *thread* that forked exits.)  A worker
+            # whose supervisor is gone stops by itself (gateway.cli, _watch_supervisor).
             process = await trio.lowlevel.open_process(self._argv(worker.index), stdout=subprocess.PIPE,
-                                                       preexec_fn=_die_with_parent)
+                                                       start_new_session=True)
             worker.process = process
             log.info("worker %d started (pid %d)", worker.index, process.pid)
             buffer = b""

@@ -8,7 +8,9 @@ offset on ``/metrics`` (to know every instance has caught up before comparing th
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 import threading
 import time
 import urllib.request
@@ -34,6 +36,8 @@ from confluent_kafka.admin import (
 )
 
 from authz.credentials import PlainCredential
+from tests.support.acls import kgw_command
+from tests.support.cluster import gateway_env
 from tests.support.ports import HOST, free_port, free_port_base
 
 pytestmark = pytest.mark.kafka
@@ -174,6 +178,22 @@ def test_acl_scram_user_and_broker_config_written_at_one_gateway_hold_at_the_oth
     until(lambda: not can_describe(a, topic_name) and not can_describe(c, topic_name), "the revocation at A and C")
     for gw in (a, b, c):
         assert readyz(gw)[0] == 200 and "metadata ready" in readyz(gw)[1]
+
+    # the command-line tools work on the shared log while the gateways run
+    kgw = [*kgw_command()]
+    added = subprocess.run([*kgw, "acls", "add", "--config", str(a.config_path), "--principal", "User:alice",
+                            "--operation", "DESCRIBE", "--topic", topic_name], env=gateway_env(),
+                           capture_output=True, text=True, timeout=120)
+    assert added.returncode == 0, added.stderr
+    until(lambda: all(can_describe(gw, topic_name) for gw in (a, b, c)), "the ACL kgw acls added, everywhere")
+    exported = subprocess.run([*kgw, "metadata", "export", "--config", str(c.config_path)], env=gateway_env(),
+                              capture_output=True, text=True, timeout=120)
+    assert exported.returncode == 0, exported.stderr
+    doc = json.loads(exported.stdout)
+    assert [(e["resource_name"], e["principal"], e["operation"]) for e in doc["acls"]] == [
+        (topic_name, "User:alice", "DESCRIBE")]
+    assert [e["name"] for e in doc["scram_credentials"]] == ["bob"]
+    assert {(e["name"], e["value"]) for e in doc["configs"]} == {(key, "777")}
 
 
 def test_concurrent_conflicting_writes_converge_to_one_state(kafka, kafka_gateway, topic_name):
