@@ -228,3 +228,36 @@ def test_concurrent_conflicting_writes_converge_to_one_state(kafka, kafka_gatewa
     assert len({row[1] for row in state}) == len(state)  # no ACL twice, though both created each
     c = start_shared(kafka_gateway, kafka, 1, f"__kgw_md_{topic_name}")[0]
     assert acls_at(c) == state
+
+
+def test_snapshots_bound_the_log_and_a_new_instance_starts_from_one(kafka, kafka_gateway, topic_name):
+    """With a snapshot every few records, the records below the previous snapshot are deleted
+    from the log topic (its retention is bounded by kgw), and a gateway started afterwards
+    holds exactly the state of the one that wrote them."""
+    md_topic = f"__kgw_md_{topic_name}"
+    (a,) = start_shared(kafka_gateway, kafka, 1, md_topic, snapshot_every_records=5)
+    client = admin(a)
+    for probe in (f"{topic_name}-3", f"{topic_name}-29"):
+        make_topic(a, probe)
+    for i in range(30):
+        acl = read_acl(f"{topic_name}-{i}")
+        client.create_acls([acl])[acl].result(timeout=T)
+    revoke = AclBindingFilter(ResourceType.TOPIC, f"{topic_name}-3", ResourcePatternType.LITERAL, None, None,
+                              AclOperation.ANY, AclPermissionType.ANY)
+    assert len(client.delete_acls([revoke])[revoke].result(timeout=T)) == 1
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"probe-{topic_name}"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(md_topic, 0), timeout=T)
+        snap_low, snap_high = consumer.get_watermark_offsets(TopicPartition(f"{md_topic}_snapshots", 0), timeout=T)
+    finally:
+        consumer.close()
+    assert high == 31 and low >= 20, (low, high)  # the head of the log is gone
+    assert snap_high > 0
+
+    (b,) = start_shared(kafka_gateway, kafka, 1, md_topic, snapshot_every_records=5)
+    assert applied_offset(b) == applied_offset(a) == 30
+    assert acls_at(b) == acls_at(a) and len(acls_at(b)) == 29
+    assert can_describe(b, f"{topic_name}-29") and not can_describe(b, f"{topic_name}-3")
