@@ -42,20 +42,25 @@ Trio loop.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import math
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import trio
 
-from metadata.record_batch import BatchFormatError, decode_batch, encode_batch
+from metadata.kafka_messages import (
+    KafkaTopicSettings,
+    MetadataTopicShapeError,
+    SnapshotManifest,
+    available,
+    decode_message,
+    librdkafka_log,
+)
+from metadata.record_batch import encode_batch
 from metadata.records import MetadataRecord, encode_record
-from metadata.snapshots import decode_snapshot, decode_values, encode_snapshot
+from metadata.snapshots import decode_snapshot, encode_snapshot
 from metadata.store import (
     CommittedBatch,
     LoadedState,
@@ -78,107 +83,6 @@ _SCAN_WINDOW = 256
 _LOG_END_CHECK_S = 1.0
 
 
-class _OncePerInterval(logging.Filter):
-    """librdkafka retries a dead broker every few tens of milliseconds and logs each attempt:
-    pass one line per (client, facility) per interval; the outage itself is reported once by
-    the store (stale since ...)."""
-
-    def __init__(self, interval_s: float = 60.0) -> None:
-        super().__init__()
-        self.interval_s = interval_s
-        self._last: dict[tuple[str, str], float] = {}
-        self._lock = threading.Lock()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args if isinstance(record.args, tuple) and len(record.args) == 3 else ("", "", "")
-        key = (str(args[1]), str(args[0]))  # confluent-kafka logs ("%s [%s] %s", facility, client, text)
-        now = time.monotonic()
-        with self._lock:
-            if now - self._last.get(key, -math.inf) < self.interval_s:
-                return False
-            self._last[key] = now
-        return True
-
-
-#: where librdkafka's own log lines go (instead of raw stderr), rate limited
-librdkafka_log = logging.getLogger("kgw.metadata.librdkafka")
-librdkafka_log.addFilter(_OncePerInterval())
-
-
-class MetadataTopicShapeError(MetadataLogError):
-    """The metadata topic exists with a shape that breaks ordering or durability."""
-
-
-@dataclass(frozen=True)
-class KafkaTopicSettings:
-    """Where and how the shared log lives (YAML ``metadata: {backend: kafka, ...}``)."""
-
-    client: Mapping[str, Any]
-    """librdkafka settings that reach the cluster as kgw's own upstream identity
-    (``bootstrap.servers``, ``security.protocol``, SASL and TLS)."""
-    topic: str = "__kgw_metadata"
-    snapshot_topic: str | None = None
-    """Default: ``<topic>_snapshots``."""
-    replication_factor: int | None = None
-    """None: min(3, number of brokers)."""
-    min_insync_replicas: int = 2
-    write_timeout_s: float = 10.0
-    load_timeout_s: float = 60.0
-    instance: str = "kgw"
-    """This gateway's name in the keys of its messages and in log lines."""
-
-    @property
-    def snapshots(self) -> str:
-        return self.snapshot_topic or f"{self.topic}_snapshots"
-
-
-@dataclass(frozen=True)
-class _Manifest:
-    end_offset: int
-    chunk_offsets: tuple[int, ...]
-    sha256: str
-    records: int
-    previous: tuple[int, tuple[int, ...]] | None  # end offset and chunk offsets of the one before
-
-    def value(self) -> bytes:
-        previous = None if self.previous is None else {"end_offset": self.previous[0],
-                                                       "chunk_offsets": list(self.previous[1])}
-        return json.dumps({"end_offset": self.end_offset, "chunk_offsets": list(self.chunk_offsets),
-                           "sha256": self.sha256, "records": self.records, "previous": previous,
-                           "time_ms": int(time.time() * 1000)}).encode()
-
-    @classmethod
-    def parse(cls, value: bytes) -> _Manifest | None:
-        try:
-            d = json.loads(value)
-            previous = d.get("previous")
-            return cls(int(d["end_offset"]), tuple(int(o) for o in d["chunk_offsets"]), str(d["sha256"]),
-                       int(d["records"]),
-                       None if previous is None else (int(previous["end_offset"]),
-                                                      tuple(int(o) for o in previous["chunk_offsets"])))
-        except (ValueError, KeyError, TypeError):
-            return None
-
-
-def _available(consumer: Any, timeout_s: float, most: int = 1000) -> list[Any]:
-    """The messages (and events) ready now, waiting at most ``timeout_s`` for the first:
-    ``consume(n, timeout)`` alone waits out its timeout unless ``n`` messages arrive."""
-    first = consumer.poll(timeout_s)
-    return [] if first is None else [first, *consumer.consume(most - 1, 0)]
-
-
-def _decode_message(value: bytes | None, offset: int, where: str) -> tuple[MetadataRecord, ...]:
-    if value is None:
-        raise MetadataLogCorruptError(f"{where}: offset {offset} has a null value")
-    try:
-        batch = decode_batch(value, 0, 0)
-    except BatchFormatError as exc:
-        raise MetadataLogCorruptError(f"{where}: offset {offset}: {exc}") from exc
-    if batch.size != len(value):
-        raise MetadataLogCorruptError(f"{where}: offset {offset}: {len(value) - batch.size} byte(s) after the batch")
-    return tuple(decode_values((v for _, v in batch.entries), f"{where} offset {offset}"))
-
-
 class KafkaMetadataStore(MetadataStore):
     """:class:`~metadata.store.MetadataStore` on a one-partition Kafka topic (module docstring)."""
 
@@ -199,7 +103,7 @@ class KafkaMetadataStore(MetadataStore):
         self._last_offset = -1
         self._records_since_snapshot = 0
         #: manifests known to this instance, oldest first (the newest loaded, then the ones written)
-        self._manifests: list[_Manifest] = []
+        self._manifests: list[SnapshotManifest] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._stale_since: float | None = None
@@ -274,7 +178,7 @@ class KafkaMetadataStore(MetadataStore):
                     f"{start}: records between them are gone (was the topic's retention changed?)")
             log_records: list[MetadataRecord] = []
             for offset, value in self._read(consumer, s.topic, start, high):
-                log_records.extend(_decode_message(value, offset, f"metadata topic {s.topic}"))
+                log_records.extend(decode_message(value, offset, f"metadata topic {s.topic}"))
         finally:
             consumer.close()
         self._producer = Producer(self._client(**{
@@ -373,7 +277,7 @@ class KafkaMetadataStore(MetadataStore):
         deadline = time.monotonic() + self.settings.load_timeout_s
         try:
             while True:
-                for m in _available(consumer, 0.5):
+                for m in available(consumer, 0.5):
                     err = m.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
@@ -392,7 +296,7 @@ class KafkaMetadataStore(MetadataStore):
         finally:
             consumer.unassign()
 
-    def _newest_snapshot(self, consumer: Any) -> tuple[_Manifest | None, list[MetadataRecord]]:
+    def _newest_snapshot(self, consumer: Any) -> tuple[SnapshotManifest | None, list[MetadataRecord]]:
 
         topic = self.settings.snapshots
         low, high = self._watermarks(consumer, topic)
@@ -401,7 +305,7 @@ class KafkaMetadataStore(MetadataStore):
             begin = max(low, end - _SCAN_WINDOW)
             window = list(self._read(consumer, topic, begin, end))
             manifests = [(o, m) for o, v in window
-                         for m in [_Manifest.parse(v) if v is not None else None] if m is not None]
+                         for m in [SnapshotManifest.parse(v) if v is not None else None] if m is not None]
             for offset, manifest in reversed(manifests):
                 records = self._snapshot_records(consumer, manifest)
                 if records is not None:
@@ -411,7 +315,7 @@ class KafkaMetadataStore(MetadataStore):
             end = begin
         return None, []
 
-    def _snapshot_records(self, consumer: Any, manifest: _Manifest) -> list[MetadataRecord] | None:
+    def _snapshot_records(self, consumer: Any, manifest: SnapshotManifest) -> list[MetadataRecord] | None:
         if not manifest.chunk_offsets:
             return None
         wanted = set(manifest.chunk_offsets)
@@ -450,14 +354,14 @@ class KafkaMetadataStore(MetadataStore):
         next_check = 0.0
         try:
             while not self._stop.is_set():
-                for m in _available(consumer, 0.1):
+                for m in available(consumer, 0.1):
                     err = m.error()
                     if err is not None:
                         if err.code() != KafkaError._PARTITION_EOF:
                             log.debug("metadata follower: %s", err)
                         continue
                     try:
-                        records = _decode_message(m.value(), m.offset(), f"metadata topic {topic}")
+                        records = decode_message(m.value(), m.offset(), f"metadata topic {topic}")
                     except MetadataLogCorruptError as exc:  # every instance skips it alike
                         log.error("%s; skipped", exc)
                         records = ()
@@ -567,7 +471,7 @@ class KafkaMetadataStore(MetadataStore):
         offsets = await self._produce(self.settings.snapshots,
                                       [(f"chunk:{end}:{i}".encode(), c) for i, c in enumerate(chunks)])
         previous = self._manifests[-1] if self._manifests else None
-        manifest = _Manifest(end, tuple(offsets), hashlib.sha256(data).hexdigest(),
+        manifest = SnapshotManifest(end, tuple(offsets), hashlib.sha256(data).hexdigest(),
                              len(records), None if previous is None
                              else (previous.end_offset, previous.chunk_offsets))
         await self._produce(self.settings.snapshots, [(_MANIFEST_KEY, manifest.value())])
@@ -578,7 +482,7 @@ class KafkaMetadataStore(MetadataStore):
         if previous is not None:
             await trio.to_thread.run_sync(self._retain_from, previous, abandon_on_cancel=True)
 
-    def _retain_from(self, previous: _Manifest) -> None:
+    def _retain_from(self, previous: SnapshotManifest) -> None:
         """Delete log records below the previous snapshot's end and tombstone the chunks of the
         snapshot before it: one fallback snapshot and the log after it always remain."""
         from confluent_kafka import TopicPartition

@@ -38,6 +38,7 @@ from confluent_kafka.admin import (
 from authz.credentials import PlainCredential
 from tests.support.acls import kgw_command
 from tests.support.cluster import gateway_env
+from tests.support.processes import ProcessError
 from tests.support.ports import HOST, free_port, free_port_base
 
 pytestmark = pytest.mark.kafka
@@ -261,3 +262,18 @@ def test_snapshots_bound_the_log_and_a_new_instance_starts_from_one(kafka, kafka
     assert applied_offset(b) == applied_offset(a) == 30
     assert acls_at(b) == acls_at(a) and len(acls_at(b)) == 29
     assert can_describe(b, f"{topic_name}-29") and not can_describe(b, f"{topic_name}-3")
+
+
+def test_a_metadata_topic_whose_shape_breaks_order_or_durability_stops_the_start(kafka, kafka_gateway, topic_name,
+                                                                                  tmp_path):
+    md_topic = f"__kgw_md_{topic_name}"
+    direct = AdminClient({"bootstrap.servers": kafka.bootstrap, **COMMON})
+    direct.create_topics([NewTopic(md_topic, 3, 1, config={"cleanup.policy": "compact"})])[md_topic].result(timeout=T)
+    with pytest.raises(ProcessError):
+        kafka_gateway(shared_config(md_topic, kafka.node_ids), upstream=kafka, name="kgw-shape")
+    stderr = (tmp_path / "kgw-shape" / "kgw-shape.stderr.log").read_text()
+    lines = [line for line in stderr.splitlines() if line.startswith("kgw: cannot run:")]
+    assert lines == [f"kgw: cannot run: MetadataTopicShapeError: the metadata topics break ordering or durability: "
+                     f"{md_topic} has 3 partitions (one order needs exactly 1); {md_topic} has "
+                     f"cleanup.policy=compact, kgw needs delete; {md_topic} has retention.ms=604800000, "
+                     f"kgw needs -1"], lines
