@@ -228,9 +228,7 @@ class KafkaMetadataStore(MetadataStore):
                     raise MetadataStoreUnavailableError(f"the metadata topics {', '.join(missing)} were created "
                                                         "but do not appear in the cluster's metadata")
                 self._stop.wait(0.1)
-        resources = [ConfigResource("topic", t) for t in wanted]
-        described = {r.name: f.result(timeout=s.load_timeout_s)
-                     for r, f in self._admin.describe_configs(resources).items()}
+        described = self._describe_configs([ConfigResource("topic", t) for t in wanted])
         problems = []
         for topic, expected in wanted.items():
             partitions = metadata.topics[topic].partitions
@@ -250,6 +248,20 @@ class KafkaMetadataStore(MetadataStore):
                     problems.append(f"{topic} has {key}={configs.get(key)}, kgw needs {value}")
         if problems:
             raise MetadataTopicShapeError("the metadata topics break ordering or durability: " + "; ".join(problems))
+
+    def _describe_configs(self, resources: list) -> dict[str, Any]:
+        """Topic configs by name; retried while the broker asked does not know a topic just
+        created by this or another instance yet (UNKNOWN_TOPIC_OR_PART)."""
+        deadline = time.monotonic() + self.settings.load_timeout_s
+        while True:
+            try:
+                return {r.name: f.result(timeout=self.settings.load_timeout_s)
+                        for r, f in self._admin.describe_configs(resources).items()}
+            except Exception as exc:  # noqa: BLE001 - KafkaException
+                error = exc.args[0] if exc.args else None
+                if "UNKNOWN_TOPIC_OR_PART" not in str(error) or time.monotonic() > deadline:
+                    raise MetadataStoreUnavailableError(f"cannot describe the metadata topics: {exc}") from exc
+                self._stop.wait(0.2)
 
     def _watermarks(self, consumer: Any, topic: str) -> tuple[int, int]:
         """(log start, log end) of the topic's partition; retried while it has no leader yet
