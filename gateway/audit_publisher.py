@@ -77,6 +77,8 @@ _MAX_VERSION = {PRODUCE: 12, METADATA: 12, CREATE_TOPICS: 7}
 # Errors after which the same batch is retried (after a metadata refresh).
 _RETRIABLE = {3, 5, 6, 7, 13, 14, 15, 19, 20, 56}  # unknown topic, leader n/a, not leader, timeout, network, coordinator, replicas, storage
 _TOPIC_AUTHORIZATION_FAILED = 29
+#: after creating the audit topic, how long missing leaders are expected rather than warned about
+_SETTLE_S = 30.0
 
 
 class _Retry(Exception):
@@ -146,6 +148,8 @@ class AuditPublisher:
         self._conns: dict[int, trio.SocketStream] = {}
         self._leaders: dict[int, int] = {}   # partition -> leader node id
         self._next_partition = 0
+        #: when this publisher created the topic: until _SETTLE_S later, "no leader yet" is expected
+        self._created_at: float | None = None
         r = registry if registry is not None else CollectorRegistry()
         self.registry = r
         self.dropped = Counter("kgw_audit_events_dropped", "Audit events not published",
@@ -216,12 +220,16 @@ class AuditPublisher:
                     backoff = min(backoff * 2, self.backoff_max_s)
                 except (_Retry, UpstreamUnavailable, trio.TooSlowError, OSError, CodecError,
                         trio.BrokenResourceError, trio.ClosedResourceError) as e:
-                    self.publish_errors.inc()
                     now = time.monotonic()
-                    if now - last_warning > 30:
-                        last_warning = now
-                        log.warning("publishing %d audit events to %s failed (%s); retrying, %d buffered",
-                                    len(batch), self.topic, e or type(e).__name__, len(self._buffer))
+                    if isinstance(e, _Retry) and self._created_at is not None and now - self._created_at < _SETTLE_S:
+                        # the topic was just created here: its leaders appear a moment later
+                        log.debug("audit topic %s settling after its creation: %s", self.topic, e)
+                    else:
+                        self.publish_errors.inc()
+                        if now - last_warning > 30:
+                            last_warning = now
+                            log.warning("publishing %d audit events to %s failed (%s); retrying, %d buffered",
+                                        len(batch), self.topic, e or type(e).__name__, len(self._buffer))
                     await self._close_all()
                     await trio.sleep(backoff)
                     backoff = min(backoff * 2, self.backoff_max_s)
@@ -295,6 +303,7 @@ class AuditPublisher:
                     raise _Rejected(f"creating {self.topic} failed with error {t.error_code}")
                 raise _Retry(f"creating {self.topic} failed with error {t.error_code}")
         log.info("created audit topic %s", self.topic)
+        self._created_at = time.monotonic()
 
     async def _leader_stream(self, cluster: UpstreamCluster, node_id: int) -> trio.SocketStream:
         stream = self._conns.get(node_id)

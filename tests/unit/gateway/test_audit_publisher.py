@@ -11,7 +11,7 @@ from datetime import timedelta
 import trio
 from kio.records.readers import read_batch
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32
+from kio.static.primitive import i16, i32
 from prometheus_client import generate_latest
 
 from authz.audit_events import audit_event
@@ -198,3 +198,51 @@ async def test_hanging_broker_times_out_and_retries():
             await broker.wait_until(lambda: bool(broker.produced))
         nursery.cancel_scope.cancel()
     assert [e["correlation_id"] for _p, e, _ts in broker.produced][-1] == 1
+
+
+class CreatingBroker(AuditBroker):
+    """The audit topic does not exist until CreateTopics; after it, the first Metadata shows it
+    without a leader (as a real cluster does for a moment)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.versions = {**self.versions, 19: (0, 7)}
+        self.created = False
+        self.leaderless_answers = 1
+
+    def _body(self, header, body) -> bytes:
+        if header.api_key == 19:
+            cls = response_class(19, header.api_version)
+            topic_cls = cls.__dataclass_fields__["topics"].type.__args__[0]
+            self.created = True
+            fields = topic_cls.__dataclass_fields__
+            topic = topic_cls(**{k: v for k, v in {
+                "name": TOPIC, "topic_id": None, "error_code": ErrorCode.none, "error_message": None,
+                "topic_config_error_code": ErrorCode.none, "num_partitions": i32(2),
+                "replication_factor": i16(1), "configs": ()}.items() if k in fields})
+            return encode(cls(**{k: v for k, v in {"throttle_time": timedelta(0), "topics": (topic,)}.items()
+                                 if k in cls.__dataclass_fields__}))
+        if header.api_key == 3 and not self.created:
+            return FakeBroker._body(self, header, body)  # no topics: UNKNOWN_TOPIC_OR_PARTITION for ours
+        if header.api_key == 3 and self.leaderless_answers:
+            self.leaderless_answers -= 1
+            return FakeBroker._body(self, header, body)  # the topic is not in the answer yet
+        return super()._body(header, body)
+
+
+async def test_the_first_start_creates_the_topic_quietly_and_publishes(caplog):
+    broker = CreatingBroker()
+    caplog.set_level(logging.DEBUG, logger="kgw.audit")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.serve)
+        cluster = UpstreamCluster([f"127.0.0.1:{broker.port}"], 2, 2)
+        pub = AuditPublisher(TOPIC, batch_max_events=4, linger_s=0.01, backoff_initial_s=0.01, gateway_name="gw")
+        await nursery.start(pub.run, cluster)
+        assert pub.offer(fields(0))
+        with trio.fail_after(10):
+            await broker.wait_until(lambda: len(broker.produced) >= 1)
+        nursery.cancel_scope.cancel()
+    assert broker.created and broker.leaderless_answers == 0
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any(r.getMessage() == f"created audit topic {TOPIC}" for r in caplog.records)
+    assert pub.registry.get_sample_value("kgw_audit_publish_errors_total") == 0
