@@ -284,21 +284,15 @@ def _version() -> str:
 def cmd_hash_password(args) -> int:
     """Print a users: entry; the password comes from a prompt or stdin, never argv."""
     import base64
-    import getpass
 
     import yaml
 
     from authz.credentials import PlainCredential, SaslMechanism, ScramCredential
 
-    if sys.stdin.isatty():
-        password = getpass.getpass(f"password for {args.user}: ")
-        if getpass.getpass("again: ") != password:
-            print("kgw: the two passwords differ", file=sys.stderr)
-            return 2
-    else:
-        password = sys.stdin.readline().rstrip("\r\n")
-    if not password:
-        print("kgw: empty password", file=sys.stderr)
+    from gateway.users_cli import read_password
+
+    password = read_password(args.user)
+    if password is None:
         return 2
     b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
     if args.mechanism == "PLAIN":
@@ -361,9 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _tool_commands():
-    from gateway import acl_cli, metadata_cli
+    from gateway import acl_cli, metadata_cli, users_cli
 
-    return [acl_cli.register, metadata_cli.register]
+    return [acl_cli.register, metadata_cli.register, users_cli.register]
 
 
 #: Subcommand registrars of tooling modules (``kgw acls``).
