@@ -89,7 +89,8 @@ def _filter(args) -> AclBindingFilter:
 async def _with_store(args, work):
     config, data_dir = metadata_location(args.config, args.data_dir)
     authorizer = StandardAuthorizer()
-    async with offline_image(config, data_dir, authorizer) as image:
+    read_only = args.action in ("list", "dump")  # these work while a gateway holds a directory log
+    async with offline_image(config, data_dir, authorizer, read_only=read_only) as image:
         return await work(authorizer, image)
 
 
@@ -139,7 +140,8 @@ def cmd_acls(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("acls", help="list, add or remove ACLs offline; dump the metadata log",
-                       description="Operate on kgw's metadata log directly (stop the gateway first). "
+                       description="Operate on kgw's metadata log directly: 'list' and 'dump' at any time; with the directory "
+                       "backend 'add' and 'remove' only while the gateway is stopped (its lock says so). "
                        "'dump' prints the KIP-801 metadata-shell view (/acl/id/<uuid> -> JSON).")
     p.add_argument("action", choices=["list", "add", "remove", "dump"])
     where = p.add_mutually_exclusive_group(required=True)

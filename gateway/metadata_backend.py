@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from metadata.directory import DirectoryMetadataStore
+from metadata.directory import DirectoryLogReader, DirectoryMetadataStore
 from metadata.image import MetadataImage
 from metadata.store import MetadataStore
 
@@ -77,11 +77,15 @@ def metadata_location(config_path: str | None, data_dir: str | None) -> tuple[An
 
 @asynccontextmanager
 async def offline_image(config: Any | None, data_dir: Path | None = None, authorizer: Any = None,
-                        ) -> AsyncIterator[MetadataImage]:
+                        *, read_only: bool = False) -> AsyncIterator[MetadataImage]:
     """The metadata image loaded and, for a shared log, followed - for the offline commands
     (``kgw acls``, ``kgw metadata``).  A directory log must not be in use by a gateway (its
-    lock says so); the Kafka log may be, its writes are ordered with the gateways' ones."""
-    store = DirectoryMetadataStore(data_dir) if data_dir is not None else open_metadata_store(config, role="cli")
+    lock says so) unless ``read_only`` (what is durable now, read without the lock); the Kafka
+    log may be, its writes are ordered with the gateways' ones."""
+    if data_dir is not None:
+        store: MetadataStore = DirectoryLogReader(data_dir) if read_only else DirectoryMetadataStore(data_dir)
+    else:
+        store = open_metadata_store(config, role="cli")
     try:
         image = MetadataImage(store, authorizer, snapshot_every=10**12)
         if authorizer is not None:

@@ -30,7 +30,7 @@ IMPORT_BATCH = 2_000
 
 async def _export(args) -> int:
     config, data_dir = metadata_location(args.config, args.data_dir)
-    async with offline_image(config, data_dir) as image:
+    async with offline_image(config, data_dir, read_only=True) as image:  # a backup while the gateway runs
         doc = export_document(image.acls, image.configs, image.scram, image.offset)
     text = json.dumps(doc, indent=1, sort_keys=False) + "\n"
     if args.output in (None, "-"):

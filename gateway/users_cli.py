@@ -45,7 +45,7 @@ def read_password(user: str) -> str | None:
 
 async def _run(args, password: str | None) -> int:
     config, data_dir = metadata_location(args.config, args.data_dir)
-    async with offline_image(config, data_dir) as image:
+    async with offline_image(config, data_dir, read_only=args.action == "list") as image:
         if args.action == "list":
             rows = [(name, str(MECHANISM_CODES.get(code, code)), r.iterations, "metadata log")
                     for (name, code), r in image.scram.items()]

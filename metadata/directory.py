@@ -86,12 +86,14 @@ class _Snapshot:
     path: Path
 
 
-def _list_dir(files: OsFiles, path: Path) -> tuple[list[_Segment], list[_Snapshot]]:
+def _list_dir(files: OsFiles, path: Path, read_only: bool = False) -> tuple[list[_Segment], list[_Snapshot]]:
     segments: list[_Segment] = []
     snapshots: list[_Snapshot] = []
     for name in files.listdir(path):
         entry = path / name
         if entry.name.endswith(_PART_SUFFIX):
+            if read_only:  # a snapshot the gateway is writing now
+                continue
             logger.warning("removing incomplete snapshot %s left by a crash", entry)
             files.unlink(entry)
         elif match := _SEGMENT_RE.match(entry.name):
@@ -122,10 +124,10 @@ def _truncate_tail(files: OsFiles, segment: _Segment, scan: ScanResult, file_siz
         files.close(fd)
 
 
-def _scan_segment(files: OsFiles, segment: _Segment, is_last: bool) -> None:
+def _scan_segment(files: OsFiles, segment: _Segment, is_last: bool, read_only: bool = False) -> None:
     data = files.read_bytes(segment.path)
     scan = scan_batches(data, segment.base_offset)
-    if scan.problem is not None:
+    if scan.problem is not None and not (is_last and read_only):  # read-only: a batch being written
         if not is_last:
             raise MetadataLogCorruptError(
                 f"sealed log segment {segment.path} is corrupt at file position "
@@ -167,15 +169,18 @@ class _Recovered:
 
 
 def _choose_snapshot(
-    files: OsFiles, segments: list[_Segment], snapshots: list[_Snapshot]
+    files: OsFiles, segments: list[_Segment], snapshots: list[_Snapshot], read_only: bool = False
 ) -> tuple[list[MetadataRecord], int, list[MetadataRecord], list[_Snapshot]]:
-    """Newest valid snapshot + log after it; corrupt snapshots are set aside."""
+    """Newest valid snapshot + log after it; corrupt snapshots are set aside (read-only: skipped)."""
     candidates = list(reversed(snapshots))
     while candidates:
         snap = candidates[0]
         try:
             snap_records = decode_snapshot(files.read_bytes(snap.path), snap.path.name)
         except MetadataLogCorruptError as exc:
+            if read_only:
+                candidates.pop(0)
+                continue
             aside = snap.path.with_name(snap.path.name + _CORRUPT_SUFFIX)
             logger.warning("%s; falling back to the previous snapshot, moved to %s", exc, aside)
             files.rename(snap.path, aside)
@@ -192,15 +197,65 @@ def _choose_snapshot(
     return [], 0, _log_records_from(segments, 0), []
 
 
-def _recover(files: OsFiles, path: Path) -> _Recovered:
-    segments, snapshots = _list_dir(files, path)
+def _recover(files: OsFiles, path: Path, read_only: bool = False) -> _Recovered:
+    segments, snapshots = _list_dir(files, path, read_only)
     for index, segment in enumerate(segments):
-        _scan_segment(files, segment, is_last=index == len(segments) - 1)
-    snap_records, start, log_records, snapshots = _choose_snapshot(files, segments, snapshots)
+        _scan_segment(files, segment, is_last=index == len(segments) - 1, read_only=read_only)
+    snap_records, start, log_records, snapshots = _choose_snapshot(files, segments, snapshots, read_only)
     log_end = segments[-1].next_offset if segments else 0
     next_offset = max(start + len(log_records), log_end)
     state = LoadedState(tuple(snap_records), start, tuple(log_records), next_offset - 1)
     return _Recovered(state, segments, snapshots, next_offset)
+
+
+def read_log_state(path: Path, files: OsFiles = OS_FILES, attempts: int = 3) -> LoadedState:
+    """What the log at ``path`` holds durably now, read without its lock and changing nothing:
+    for tools that look while a gateway writes (``kgw acls list``).  A batch being appended is
+    left out; a segment or snapshot removed by retention while being read makes it read again."""
+    if not files.exists(path):
+        raise MetadataLogError(f"metadata log directory {path} does not exist")
+    for attempt in range(attempts):
+        try:
+            return _recover(files, path, read_only=True).state
+        except (FileNotFoundError, MetadataLogCorruptError):
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+class DirectoryLogReader(MetadataStore):
+    """A read-only :class:`MetadataStore` over a directory log (:func:`read_log_state`): load()
+    works while a gateway holds the log; every write raises."""
+
+    def __init__(self, path: str | os.PathLike[str], *, files: OsFiles = OS_FILES) -> None:
+        self._path = Path(path)
+        self._files = files
+        self._last = -1
+
+    async def load(self) -> LoadedState:
+        state = await trio.to_thread.run_sync(read_log_state, self._path, self._files)
+        self._last = state.last_offset
+        return state
+
+    async def append(self, records: Sequence[MetadataRecord]) -> int:
+        raise MetadataStoreClosedError(f"the metadata log at {self._path} was opened read-only")
+
+    async def snapshot(self, records: Iterable[MetadataRecord], *, through_offset: int | None = None) -> None:
+        raise MetadataStoreClosedError(f"the metadata log at {self._path} was opened read-only")
+
+    def subscribe(self, *, max_buffered_batches: int = 1024) -> Subscription:
+        return Subscription(max_buffered_batches)
+
+    @property
+    def last_offset(self) -> int:
+        return self._last
+
+    @property
+    def records_since_snapshot(self) -> int:
+        return 0
+
+    async def aclose(self) -> None:
+        pass
 
 
 # ---------------------------------------------------------------------------

@@ -42,3 +42,49 @@ def test_invalid_acl_is_refused_with_kafkas_message(tmp_path, capsys):
                        "--operation", "READ", "--topic", "t")
     assert code == 1
     assert "Could not parse principal from `alice`" in err
+
+
+def test_list_dump_and_export_read_a_log_a_gateway_holds_and_writes_are_refused(tmp_path):
+    """The reading commands take no lock and change nothing; add still needs the lock."""
+    import trio
+
+    from metadata.directory import DirectoryMetadataStore
+    from metadata.records import AccessControlEntryRecord
+    from tests.support.acls import kgw_command
+    from tests.support.cluster import gateway_env
+
+    d = tmp_path / "held"
+    acl = AccessControlEntryRecord(id=__import__("uuid").uuid4(), resource_type=2, resource_name="orders",
+                                   pattern_type=3, principal="User:alice", host="*", operation=3, permission_type=3)
+
+    async def kgw(*argv):
+        return await trio.run_process([*kgw_command(), *argv], capture_stdout=True, capture_stderr=True,
+                                      check=False, env=gateway_env())
+
+    async def main():
+        async with DirectoryMetadataStore(d) as store:  # this process plays the running gateway
+            await store.load()
+            await store.append([acl])
+            (segment,) = d.glob("*.log")
+            with open(segment, "ab") as f:  # a batch the gateway is half-way through writing
+                f.write(b"\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x01\x00torn")
+            size = segment.stat().st_size
+            listed = await kgw("acls", "list", "--data-dir", str(d))
+            assert listed.returncode == 0, listed.stderr
+            assert listed.stdout.decode().splitlines() == ["TOPIC:LITERAL:orders\tUser:alice\t*\tREAD\tALLOW"]
+            dumped = await kgw("acls", "dump", "--data-dir", str(d))
+            assert dumped.returncode == 0 and b"/acl/id/" in dumped.stdout
+            exported = await kgw("metadata", "export", "--data-dir", str(d))
+            assert exported.returncode == 0 and json.loads(exported.stdout)["acls"][0]["resource_name"] == "orders"
+            added = await kgw("acls", "add", "--data-dir", str(d), "--principal", "User:bob", "--operation", "READ",
+                              "--topic", "t")
+            assert added.returncode == 2 and b"is locked by another kgw process" in added.stderr
+            assert segment.stat().st_size == size  # the readers truncated nothing
+
+    trio.run(main)
+
+
+def test_reading_a_log_that_does_not_exist_says_so_and_creates_nothing(tmp_path, capsys):
+    code, _, err = run(capsys, "list", "--data-dir", str(tmp_path / "nowhere"))
+    assert code == 2 and "metadata log directory" in err and "does not exist" in err
+    assert not (tmp_path / "nowhere").exists()
