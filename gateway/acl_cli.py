@@ -54,12 +54,14 @@ def _resource(args, for_filter: bool):
     return _RESOURCES[kind], ("kafka-cluster" if kind == "cluster" else name)
 
 
-def _enum(enum_cls, text: str):
-    try:
-        return enum_cls[text.upper()]
-    except KeyError:
-        raise SystemExit(f"kgw acls: unknown {enum_cls.__name__} {text!r}; one of "
-                         f"{', '.join(m.name for m in enum_cls if m.name != 'UNKNOWN')}") from None
+def _enum(enum_cls, text: str, *, concrete: bool = False):
+    """A member by name; ``concrete``: not ANY (an ACL names one operation; ANY only filters)."""
+    offered = [m for m in enum_cls if m.name != "UNKNOWN" and not (concrete and m.name == "ANY")]
+    member = enum_cls.__members__.get(text.upper())
+    if member not in offered:
+        raise SystemExit(f"kgw acls: {'not a concrete' if member is not None else 'unknown'} "
+                         f"{enum_cls.__name__} {text!r}; one of {', '.join(m.name for m in offered)}")
+    return member
 
 
 def _binding(args) -> AclBinding:
@@ -67,7 +69,7 @@ def _binding(args) -> AclBinding:
     pattern = PatternType.PREFIXED if args.prefixed else PatternType.LITERAL
     return AclBinding(
         ResourcePattern(rtype, name, pattern),
-        AccessControlEntry(args.principal, args.host, _enum(AclOperation, args.operation),
+        AccessControlEntry(args.principal, args.host, _enum(AclOperation, args.operation, concrete=True),
                            AclPermissionType.DENY if args.deny else AclPermissionType.ALLOW),
     )
 
@@ -101,13 +103,19 @@ def _print_binding(b: AclBinding) -> None:
 
 
 def cmd_acls(args) -> int:
+    if args.action == "add" and not (args.principal and args.operation):
+        raise SystemExit("kgw acls add: --principal and --operation are required")
+    # the arguments are checked before the log is opened: a mistake writes nothing, creates nothing
+    binding = _binding(args) if args.action == "add" else None
+    binding_filter = _filter(args) if args.action in ("list", "remove") else None
+
     async def list_(authorizer, _image):
-        for b in authorizer.acls(_filter(args)):
+        for b in authorizer.acls(binding_filter):
             _print_binding(b)
         return 0
 
     async def add(authorizer, _image):
-        (result,) = await authorizer.create_acls(None, [_binding(args)])
+        (result,) = await authorizer.create_acls(None, [binding])
         if result.error_code:
             print(f"kgw acls add: refused ({result.error_code}): {result.message}", file=sys.stderr)
             return 1
@@ -115,7 +123,7 @@ def cmd_acls(args) -> int:
         return 0
 
     async def remove(authorizer, _image):
-        (result,) = await authorizer.delete_acls(None, [_filter(args)])
+        (result,) = await authorizer.delete_acls(None, [binding_filter])
         if result.error_code:
             print(f"kgw acls remove: refused ({result.error_code}): {result.message}", file=sys.stderr)
             return 1
@@ -129,8 +137,6 @@ def cmd_acls(args) -> int:
         return 0
 
     work = {"list": list_, "add": add, "remove": remove, "dump": dump}[args.action]
-    if args.action == "add" and not (args.principal and args.operation):
-        raise SystemExit("kgw acls add: --principal and --operation are required")
     try:
         return trio.run(_with_store, args, work)
     except MetadataLogError as e:

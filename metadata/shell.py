@@ -38,6 +38,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
+from authz.acl import AclOperation, AclPermissionType, PatternType, ResourceType
 from metadata.store import LoadedState
 from metadata.records import AccessControlEntryRecord, ConfigRecord, MetadataRecord, RemoveAccessControlEntryRecord
 
@@ -74,16 +75,24 @@ def _uuid_text(value: uuid.UUID, uuid_format: UuidFormat) -> str:
     return kafka_uuid_str(value) if uuid_format == "kafka" else str(value)
 
 
+def _name(enum_cls: Any, code: int) -> str | int:
+    """An enum code by its Kafka name (``READ``), or the number when no name is known."""
+    try:
+        return enum_cls(code).name
+    except ValueError:
+        return code
+
+
 def _acl_json(record: AccessControlEntryRecord, uuid_format: UuidFormat) -> dict[str, Any]:
     return {
         "id": _uuid_text(record.id, uuid_format),
-        "resourceType": record.resource_type,
+        "resourceType": _name(ResourceType, record.resource_type),
         "resourceName": record.resource_name,
-        "patternType": record.pattern_type,
+        "patternType": _name(PatternType, record.pattern_type),
         "principal": record.principal,
         "host": record.host,
-        "operation": record.operation,
-        "permissionType": record.permission_type,
+        "operation": _name(AclOperation, record.operation),
+        "permissionType": _name(AclPermissionType, record.permission_type),
     }
 
 

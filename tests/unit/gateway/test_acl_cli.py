@@ -30,7 +30,7 @@ def test_add_list_dump_remove(tmp_path, capsys):
     acls = [json.loads(line.split(": ", 1)[1]) for line in out.splitlines() if line.startswith("/acl/id/")]
     assert code == 0 and len(acls) == 2
     assert {(a["principal"], a["resourceName"], a["patternType"]) for a in acls} == {
-        ("User:alice", "orders-", 4), ("User:bob", "kafka-cluster", 3)}
+        ("User:alice", "orders-", "PREFIXED"), ("User:bob", "kafka-cluster", "LITERAL")}
 
     code, out, _ = run(capsys, "remove", "--data-dir", d, "--principal", "User:alice")
     assert code == 0 and out.splitlines()[-1] == "removed 1"
@@ -88,3 +88,13 @@ def test_reading_a_log_that_does_not_exist_says_so_and_creates_nothing(tmp_path,
     code, _, err = run(capsys, "list", "--data-dir", str(tmp_path / "nowhere"))
     assert code == 2 and "metadata log directory" in err and "does not exist" in err
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_add_does_not_offer_any(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as refused:
+        run(capsys, "add", "--data-dir", str(tmp_path / "m"), "--principal", "User:a", "--operation", "any",
+            "--topic", "t")
+    assert "not a concrete AclOperation 'any'" in str(refused.value) and "ANY" not in str(refused.value).split(";")[1]
+    assert not (tmp_path / "m").exists()

@@ -481,13 +481,13 @@ def test_shell_dump_replays_acls_and_configs() -> None:
     assert dump == {
         acl_path: {
             "id": "AAAAAAAAAAAAAAAAAAAAAQ",
-            "resourceType": 2,
+            "resourceType": "TOPIC",
             "resourceName": "topic-0",
-            "patternType": 3,
+            "patternType": "LITERAL",
             "principal": "User:u0",
             "host": "*",
-            "operation": 3,
-            "permissionType": 3,
+            "operation": "READ",
+            "permissionType": "ALLOW",
         },
         "/configs/broker/<default>/b": "2",
     }
