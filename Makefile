@@ -13,7 +13,7 @@ SPARK_VERSION := $(shell sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:
 SPARK_KAFKA_HOME ?= $(HOME)/.cache/kgw/spark-kafka-$(SPARK_VERSION)
 SPARK_KAFKA_STAMP := $(SPARK_KAFKA_HOME)/.resolved
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast bench clean certs
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -41,6 +41,11 @@ setup: $(STAMP) $(KAFKA_STAMP) $(SPARK_KAFKA_STAMP)
 
 demo: setup
 	KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs $(VENV)/bin/kgw demo
+
+# what configs/examples/tls-and-sasl.yaml needs (development certificates, not for production)
+certs: $(STAMP)
+	$(VENV)/bin/kgw dev-certs --dir configs/examples/certs --force \
+	  --host localhost --host 127.0.0.1 --host kgw.example.internal
 
 # the tests find the resolved jars here (tests/support/kafka.py, tests/support/spark.py)
 TEST_ENV := KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs KGW_SPARK_KAFKA_JARS=$(SPARK_KAFKA_HOME)/jars

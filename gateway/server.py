@@ -17,10 +17,10 @@ import trio
 from prometheus_client import Gauge
 
 from authz.authorizer import AuthorizerServerInfo, Endpoint
-from authz.loader import load_authorizer
 from metadata.image import MetadataImage
 from gateway.metadata_backend import open_metadata_store
 from gateway.admin_http import serve_admin
+from gateway.preflight import build_authorizer
 from gateway.auth_failures import AuthFailureTracker
 from gateway.data_plane import DataPlane
 from gateway.dynamic_config import DynamicConfigManager
@@ -108,11 +108,7 @@ class Gateway:
 
     @staticmethod
     def _make_authorizer(config):
-        if not config.authorizer.class_name:
-            return None
-        authorizer = load_authorizer(config.authorizer.class_name)()
-        authorizer.configure(dict(config.authorizer.config))
-        return authorizer
+        return build_authorizer(config)
 
     def server_info(self) -> AuthorizerServerInfo:
         endpoints = tuple(

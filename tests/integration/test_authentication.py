@@ -54,6 +54,8 @@ from kafka import TopicPartition as KpTopicPartition
 from authz.credentials import PlainCredential, SaslMechanism, ScramCredential
 from gateway.upstream import encode_request
 from protocol.codecs import decode_response, request_class
+from tests.support.kafka_data import authentication_error as _authentication_error
+from tests.support.kafka_data import confluent_errors
 from tests.support.cluster import TANSU_NODE_ID, base_gateway_config, launch_gateway
 from tests.support.java import compile_java, java_tools, kafka_classpath
 from tests.support.ports import HOST, free_port, free_port_base
@@ -528,28 +530,6 @@ def good_client_still_served(auth_gw: AuthGateway, certs: Certs, listener: str, 
     client_id = f"ck-good-{uuid.uuid4().hex[:6]}"
     confluent_roundtrip(confluent_conf(auth_gw, certs, case, client_id), topic)
     assert_principal_seen(auth_gw, client_id, case)
-
-
-def confluent_errors(conf: dict[str, Any], until=None, wait_s: float = 8.0) -> list[KafkaError]:
-    """What a confluent-kafka client is told when it tries to reach the cluster with ``conf``.
-
-    Returns as soon as ``until(errors)`` holds (default: any error), not after a fixed wait:
-    the gateway closes a bad connection at once and librdkafka reports it within
-    milliseconds.  ``wait_s`` only bounds a client that is never told anything."""
-    errors: list[KafkaError] = []
-    done = until or bool
-    admin = AdminClient({**conf, "error_cb": errors.append})
-    deadline = time.monotonic() + wait_s
-    while not done(errors) and time.monotonic() < deadline:
-        with pytest.raises(Exception):
-            admin.list_topics(timeout=0.3)  # never succeeds: these clients are refused
-        admin.poll(0.05)
-    admin.poll(0.1)  # the errors reported with the one that ended the wait
-    return errors
-
-
-def _authentication_error(errors: list[KafkaError]) -> bool:
-    return any(e.code() == KafkaError._AUTHENTICATION for e in errors)
 
 
 # --------------------------------------------------------------------------- bad input

@@ -10,8 +10,14 @@ the true end offset.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import AdminClient
 
 PARTITIONS = 3
 PER_PARTITION = 3
@@ -72,3 +78,25 @@ def assert_gateway_addresses(addresses: Iterable[tuple[int, str, int]], gateway,
     expected = sorted((n, *a.rsplit(":", 1)) for n, a in gateway.broker_addresses.items())
     expected = [(n, h, int(p)) for n, h, p in expected]
     assert seen == expected, f"{what}: brokers {seen} != expected gateway brokers {expected}"
+
+
+def confluent_errors(conf: dict[str, Any], until=None, wait_s: float = 8.0) -> list[KafkaError]:
+    """What a confluent-kafka client is told when it tries to reach the cluster with ``conf``.
+
+    Returns as soon as ``until(errors)`` holds (default: any error), not after a fixed wait:
+    the gateway closes a bad connection at once and librdkafka reports it within
+    milliseconds.  ``wait_s`` only bounds a client that is never told anything."""
+    errors: list[KafkaError] = []
+    done = until or bool
+    admin = AdminClient({**conf, "error_cb": errors.append})
+    deadline = time.monotonic() + wait_s
+    while not done(errors) and time.monotonic() < deadline:
+        with pytest.raises(Exception):
+            admin.list_topics(timeout=0.3)  # never succeeds: these clients are refused
+        admin.poll(0.05)
+    admin.poll(0.1)  # the errors reported with the one that ended the wait
+    return errors
+
+
+def authentication_error(errors: list[KafkaError]) -> bool:
+    return any(e.code() == KafkaError._AUTHENTICATION for e in errors)

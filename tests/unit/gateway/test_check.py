@@ -1,0 +1,138 @@
+"""`kgw check` and `kgw run`'s start-up checks, met as an operator meets them: each mistake is
+one line naming its key path, exit status 2, and `kgw run` refuses before it prints `ready`."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import yaml
+
+from gateway.cli import main
+from tests.unit.gateway.certs import make_pki
+
+
+def _write(tmp_path, **overrides) -> str:
+    doc = {
+        "listeners": [{"name": "PLAIN", "host": "127.0.0.1", "port": 0, "broker_port_base": 21000}],
+        "upstream": {"bootstrap_servers": ["127.0.0.1:1"]},
+        "admin": None,
+        "metadata": {"path": str(tmp_path / "meta")},
+    }
+    doc.update(overrides)
+    path = tmp_path / "kgw.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def _errors(capsys, argv) -> tuple[int, list[str]]:
+    rc = main(argv)
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert not lines or lines[0] == "kgw: invalid configuration:", err
+    return rc, lines[1:]
+
+
+def _hold():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
+@pytest.fixture
+def held_port():
+    """A port some other process listens on."""
+    with _hold() as sock:
+        yield sock.getsockname()[1]
+
+
+def test_a_good_configuration_is_ok(tmp_path, capsys):
+    path = _write(tmp_path)
+    assert main(["check", "--config", path]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{path}: OK: PLAIN (PLAINTEXT) on 127.0.0.1:0")
+    assert not (tmp_path / "meta").exists(), "checking must not create the metadata directory"
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_super_users_without_a_principal_type_is_a_configuration_error(tmp_path, capsys, command):
+    path = _write(tmp_path, authorizer={"class_name": "authz.standard_authorizer:StandardAuthorizer",
+                                        "config": {"super.users": "admin"}})
+    rc, errors = _errors(capsys, [command, "--config", path])
+    assert rc == 2
+    assert errors == [f"{path}: authorizer.config: super.users: Could not parse principal from `admin` "
+                      "(no colon is present separating the principal type from the principal name)"]
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_a_plug_in_that_does_not_import_is_named(tmp_path, capsys, command):
+    path = _write(tmp_path, authorizer={"class_name": "nosuch_module_kgw:Thing"},
+                  alter_configs_policy={"class_name": "nosuch_policy_kgw:Policy"},
+                  listeners=[{"name": "PLAIN", "host": "127.0.0.1", "port": 0, "broker_port_base": 21000,
+                              "principal_builder": "nosuch_builder_kgw:Builder"}])
+    rc, errors = _errors(capsys, [command, "--config", path])
+    assert rc == 2
+    assert [e.split(": ")[1] for e in errors] == [
+        "authorizer.class_name", "listeners[0].principal_builder", "alter_configs_policy"]
+    assert all("nosuch_" in e for e in errors), errors
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_missing_and_mismatched_certificates_are_named_per_listener(tmp_path, capsys, command):
+    pki = make_pki(tmp_path)
+    listeners = [
+        {"name": "GONE", "security_protocol": "SSL", "host": "127.0.0.1", "port": 0, "broker_port_base": 21000,
+         "tls": {"cert_file": str(tmp_path / "absent.pem"), "key_file": str(pki.server.key_file)}},
+        {"name": "WRONGKEY", "security_protocol": "SSL", "host": "127.0.0.1", "port": 0, "broker_port_base": 22000,
+         "tls": {"cert_file": str(pki.server.cert_file), "key_file": str(pki.client.key_file)}},
+        {"name": "FINE", "security_protocol": "SSL", "host": "127.0.0.1", "port": 0, "broker_port_base": 23000,
+         "tls": {"cert_file": str(pki.server.cert_file), "key_file": str(pki.server.key_file)}},
+    ]
+    path = _write(tmp_path, listeners=listeners)
+    rc, errors = _errors(capsys, [command, "--config", path])
+    assert rc == 2
+    assert len(errors) == 2, errors
+    assert errors[0] == f"{path}: listeners[0].tls.cert_file: no such file: {tmp_path / 'absent.pem'}"
+    assert errors[1].startswith(f"{path}: listeners[1].tls: cannot load certificate {pki.server.cert_file} "
+                                f"with key {pki.client.key_file}")
+    assert "does the key match the certificate?" in errors[1]
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_ports_in_use_name_the_address(tmp_path, capsys, held_port, command):
+    with _hold() as other:
+        admin_port = other.getsockname()[1]
+        path = _write(tmp_path, listeners=[{"name": "PLAIN", "host": "127.0.0.1", "port": held_port,
+                                            "broker_port_base": 21000}],
+                      admin={"host": "127.0.0.1", "port": admin_port})
+        rc, errors = _errors(capsys, [command, "--config", path])
+    assert rc == 2
+    assert errors == [
+        f"{path}: listeners[0].port: listener PLAIN cannot bind 127.0.0.1:{held_port}: Address already in use",
+        f"{path}: admin.port: the admin endpoint cannot bind 127.0.0.1:{admin_port}: Address already in use"]
+
+
+def test_no_ports_skips_the_port_check(tmp_path, capsys, held_port):
+    path = _write(tmp_path, admin={"host": "127.0.0.1", "port": held_port})
+    assert main(["check", "--no-ports", "--config", path]) == 0
+
+
+def test_a_metadata_path_that_is_a_file_is_named(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    path = _write(tmp_path, metadata={"path": str(tmp_path / "afile")})
+    rc, errors = _errors(capsys, ["check", "--config", path])
+    assert rc == 2
+    assert errors == [f"{path}: metadata.path: {tmp_path / 'afile'} exists and is not a directory"]
+
+
+def test_a_typo_is_one_error_not_follow_on_errors_about_defaults(tmp_path, capsys):
+    """`bootstrap_server` must not also say bootstrap_servers is missing; `security_protocl: SSL`
+    must not also say tls is not allowed with the default PLAINTEXT."""
+    path = _write(tmp_path, upstream={"bootstrap_server": ["127.0.0.1:1"]},
+                  listeners=[{"name": "X", "security_protocl": "SSL", "port": 0, "broker_port_base": 21000,
+                              "tls": {"cert_file": "a.pem", "key_file": "b.pem"}}])
+    rc, errors = _errors(capsys, ["check", "--config", path])
+    assert rc == 2
+    assert [e.split(": ")[1] for e in errors] == ["listeners[0].security_protocl", "upstream.bootstrap_server"]
+    assert 'did you mean "security_protocol"?' in errors[0] and 'did you mean "bootstrap_servers"?' in errors[1]
