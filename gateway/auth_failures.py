@@ -8,6 +8,12 @@ exchange refused) is reported once to an :class:`AuthFailureTracker`, which
 * increments ``kgw_authentication_failures_total{listener, mechanism}``
   (mechanism is ``SSL`` for TLS handshakes, else the SASL mechanism, or
   ``unknown`` when the client failed before choosing one);
+* increments ``kgw_authentication_failures_by_client_total{listener, client_software,
+  cause}``: the client library and version its ApiVersions request named (KIP-511,
+  ``librdkafka/2.0.2``; ``unknown`` when it did not) and a fixed cause word
+  (``credentials``, ``scram_nonce_repeated``, ``other``), so a failure that is a client
+  library's bug is told apart from wrong passwords.  The names come from unauthenticated
+  clients: at most ``software_labels`` distinct values are used, later ones count as ``other``;
 * counts failures per client *host* (the port changes with every connection,
   so it is not part of the key) and logs one WARNING when a host reaches
   ``warn_threshold`` failures, then again each time its count doubles, so a
@@ -62,7 +68,8 @@ class AuthFailureTracker:
     """
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, *, capacity: int = 4096, warn_threshold: int = 5
+        self, registry: CollectorRegistry | None = None, *, capacity: int = 4096, warn_threshold: int = 5,
+        software_labels: int = 50,
     ) -> None:
         if capacity < 1 or warn_threshold < 1:
             raise ValueError("capacity and warn_threshold must be >= 1")
@@ -73,16 +80,34 @@ class AuthFailureTracker:
             ["listener", "mechanism"],
             registry=self.registry,
         )
+        self.by_client = Counter(
+            "kgw_authentication_failures_by_client",
+            "Failed SASL authentications by the client library and version the client announced (KIP-511) "
+            "and a cause: credentials, scram_nonce_repeated (librdkafka before 2.6.1) or other",
+            ["listener", "client_software", "cause"],
+            registry=self.registry,
+        )
+        self.software_labels = software_labels
+        self._software_seen: set[str] = set()
         self.capacity = capacity
         self.warn_threshold = warn_threshold
         self._counts: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
 
-    def record_failure(self, address: str | tuple, *, listener: str = "unknown", mechanism: str = "unknown") -> int:
-        """Count one failure of ``address`` (a host, or a (host, port, ...) tuple); return the host's count."""
+    def record_failure(self, address: str | tuple, *, listener: str = "unknown", mechanism: str = "unknown",
+                       client_software: str | None = None, cause: str = "other") -> int:
+        """Count one failure of ``address`` (a host, or a (host, port, ...) tuple); return the host's count.
+        ``client_software`` (SASL failures only): "name/version" or "unknown"."""
         host = _host(address)
         self.counter.labels(listener, mechanism or "unknown").inc()
         with self._lock:
+            if client_software is not None:
+                if client_software not in self._software_seen:
+                    if len(self._software_seen) < self.software_labels:
+                        self._software_seen.add(client_software)
+                    else:
+                        client_software = "other"
+                self.by_client.labels(listener, client_software, cause).inc()
             count = self._counts.pop(host, 0) + 1
             self._counts[host] = count
             if len(self._counts) > self.capacity:

@@ -55,6 +55,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from authz.principal import ANONYMOUS
+from protocol.apis.api_versions import client_software
 from protocol.apis.base import ApiSpec, Decision, RefuseRequest, RequestInfo
 from protocol.apis.registry import REGISTRY
 from protocol.codecs import CodecError, decode_request, encode, make, response_class
@@ -304,13 +305,6 @@ class ClientConnection(ConnectionCore):
                 await self._send_upstream(to_upstream)
                 to_upstream.clear()
 
-
-
-
-
-
-
-
     async def _on_request(self, frame: memoryview, to_upstream: list[memoryview]) -> None:
         outcome = self.dispatch_sync(frame, to_upstream)
         if outcome is SLOW:
@@ -342,6 +336,8 @@ class ClientConnection(ConnectionCore):
             await self._sasl(session, header, spec, body)
             return
         if header.api_key == 18:
+            if session is not None and not session.authenticated:  # named in authentication failures
+                session.client_software = client_software(header.api_version, body[header.size:])
             # ApiVersions is answered even for versions kgw does not know (KIP-511).
             await self._answer_api_versions(header, spec)
             return

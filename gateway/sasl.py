@@ -136,7 +136,8 @@ class PlainServer:
         ok = (credential or _DUMMY_PLAIN).verify(password)
         if credential is None or not ok:
             why = "unknown user" if credential is None else "wrong password"
-            raise SaslFailure("Authentication failed: Invalid username or password", f"{why} {username!r}")
+            raise SaslFailure("Authentication failed: Invalid username or password", f"{why} {username!r}",
+                              cause="credentials")
         if authzid and authzid != username:
             raise SaslFailure(
                 "Authentication failed: Client requested an authorization id that is different from username",
@@ -212,6 +213,8 @@ class SaslSession:
         self.failure_reason: str | None = None
         self._server: PlainServer | ScramServer | None = None
         self._principal: KafkaPrincipal | None = None
+        #: (name, version) of the client library from its ApiVersions request (KIP-511), if it said
+        self.client_software: tuple[str, str] | None = None
 
     # -- queries ------------------------------------------------------------------
 
@@ -338,7 +341,7 @@ class SaslSession:
                 if self._failures is not None:
                     self._failures.forget(self._base.client_address)
         except SaslFailure as exc:
-            self._set_failed(exc.reason)
+            self._set_failed(exc.reason, cause=exc.cause)
             raise
         return reply
 
@@ -353,15 +356,17 @@ class SaslSession:
                 f"principal builder failed: {exc!r}",
             ) from exc
 
-    def _set_failed(self, reason: str, *, record: bool = True) -> None:
+    def _set_failed(self, reason: str, *, record: bool = True, cause: str = "other") -> None:
         self.state = SaslState.FAILED
         self.failure_reason = reason
         self._server = None
+        software = "/".join(self.client_software) if self.client_software else "unknown"
         log.info(
             "SASL authentication failed: %s", reason,
             extra={"kgw": {"listener": self.listener_name, "client": self._base.client_address,
-                           "mechanism": self.mechanism}},
+                           "mechanism": self.mechanism, "client_software": software}},
         )
         if record and self._failures is not None:
             self._failures.record_failure(
-                self._base.client_address, listener=self.listener_name, mechanism=self.mechanism or "unknown")
+                self._base.client_address, listener=self.listener_name, mechanism=self.mechanism or "unknown",
+                client_software=software, cause=cause)

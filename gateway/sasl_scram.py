@@ -23,10 +23,12 @@ class SaslFailure(Exception):
     contains a secret.
     """
 
-    def __init__(self, client_message: str, reason: str | None = None) -> None:
+    def __init__(self, client_message: str, reason: str | None = None, *, cause: str = "other") -> None:
         super().__init__(client_message)
         self.client_message = client_message
         self.reason = reason or client_message
+        #: a fixed word for metrics: "credentials", "scram_nonce_repeated" or "other"
+        self.cause = cause
 
 _PRINTABLE_NONCE = re.compile(r"[\x21-\x2b\x2d-\x7e]+")
 
@@ -74,6 +76,7 @@ class ScramServer:
         self._client_first_bare = ""
         self._server_first = ""
         self._nonce = ""
+        self._client_nonce = ""
 
     def evaluate(self, token: bytes) -> bytes:
         try:
@@ -106,6 +109,7 @@ class ScramServer:
             raise self._fail(f"user {username!r} has fewer than {SCRAM_MIN_ITERATIONS} iterations")
         salt, iterations = self._credential.salt, self._credential.iterations
         self._gs2_header, self._client_first_bare = gs2_header, bare
+        self._client_nonce = client_nonce
         self._nonce = client_nonce + self._server_nonce()
         self._server_first = f"r={self._nonce},s={base64.b64encode(salt).decode()},i={iterations}"
         self._step = self._client_final
@@ -122,7 +126,7 @@ class ScramServer:
         proof_ok = hmac.compare_digest(hashlib.new(self._hash, client_key).digest(), credential.stored_key)
         if not (proof_ok and self._known):
             why = "invalid proof for" if self._known else "unknown"
-            raise self._fail(f"{why} user {self._username!r}")
+            raise self._fail(f"{why} user {self._username!r}", cause="credentials")
         server_signature = hmac.digest(credential.server_key, auth_message, self._hash)
         self.authorization_id = self._username
         self.complete = True
@@ -177,7 +181,16 @@ class ScramServer:
         expected_cb = base64.b64encode(self._gs2_header.encode()).decode()
         if attrs[0][2:] != expected_cb:
             raise self._fail("channel binding does not match the gs2 header")
-        if not hmac.compare_digest(attrs[1][2:].encode(), self._nonce.encode()):
+        nonce = attrs[1][2:].encode()
+        if not hmac.compare_digest(nonce, self._nonce.encode()):
+            if hmac.compare_digest(nonce, (self._client_nonce + self._nonce).encode()):
+                # librdkafka before 2.6.1 (confluentinc/librdkafka#4895).  Kafka 3.8.1-3.9 accepted a
+                # nonce that ends with the right one; Kafka 4.x requires it to be equal (RFC 5802), and
+                # so does kgw, which stands in for Kafka 4.x brokers.
+                raise self._fail(
+                    "the client-final message repeats the client nonce before the server's: a bug of "
+                    "librdkafka before 2.6.1 (confluentinc/librdkafka#4895) that Kafka 4.x brokers refuse too; "
+                    "upgrade the client's librdkafka to 2.6.1 or later", cause="scram_nonce_repeated")
             raise self._fail("nonce does not match the server-first message")
         try:
             proof = base64.b64decode(proof_b64, validate=True)
@@ -204,9 +217,9 @@ class ScramServer:
             raise ValueError("server nonce must be printable ASCII without ','")
         return nonce
 
-    def _fail(self, reason: str) -> SaslFailure:
+    def _fail(self, reason: str, *, cause: str = "other") -> SaslFailure:
         self._credential = None
-        return SaslFailure(_SCRAM_GENERIC.format(self.mechanism), reason)
+        return SaslFailure(_SCRAM_GENERIC.format(self.mechanism), reason, cause=cause)
 
 
 def _sasl_name(text: str) -> str | None:

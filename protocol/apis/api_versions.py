@@ -16,6 +16,7 @@ UNSUPPORTED_VERSION and the supported ranges, so the client can retry lower.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,8 +29,9 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16
 
 from protocol.codecs import encode, response_class
+from protocol.headers import HeaderError, read_uvarint
 
-__all__ = ["KIO_VERSIONS", "VersionRange", "advertised_versions", "build_response", "API_VERSIONS"]
+__all__ = ["KIO_VERSIONS", "VersionRange", "advertised_versions", "build_response", "client_software", "API_VERSIONS"]
 
 API_VERSIONS = 18
 
@@ -116,3 +118,30 @@ def _convert(value, target_type):
         return tuple(inner(**{f.name: getattr(v, f.name) for f in dataclasses.fields(inner)
                               if f.init and hasattr(v, f.name)}) for v in value)
     return value
+
+
+#: KIP-511's rule for client software names and versions (Kafka answers INVALID_REQUEST otherwise)
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+_SOFTWARE_MAX = 64
+
+
+def client_software(version: int, body: memoryview | bytes) -> tuple[str, str] | None:
+    """The client library and its version an ApiVersions request names (KIP-511: v3 and later),
+    from the request body (after the header); None before v3, or when they are missing, longer
+    than 64 characters or break KIP-511's character rule (they end up in logs and metric labels)."""
+    if version < 3:
+        return None
+    try:
+        off, parts = 0, []
+        for _ in range(2):
+            length, off = read_uvarint(body, off)
+            if not 1 < length <= _SOFTWARE_MAX + 1 or off + length - 1 > len(body):
+                return None
+            text = bytes(body[off:off + length - 1]).decode("ascii")
+            if not _SOFTWARE.fullmatch(text):
+                return None
+            parts.append(text)
+            off += length - 1
+    except (HeaderError, IndexError, UnicodeDecodeError):
+        return None
+    return parts[0], parts[1]

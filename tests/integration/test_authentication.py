@@ -794,3 +794,31 @@ def test_wrong_upstream_password_is_logged_and_reported(auth_gw, certs, start_ga
     line = AuthGateway(b, Path("/dev/null")).wait_for_log(
         r"SASL SCRAM-SHA-256 authentication as 'sam' failed \(SASL_AUTHENTICATION_FAILED \(58\)\)", 0)
     assert "wrong" not in line.split("failed", 1)[1].replace("wrong password", "")
+
+
+# --------------------------------------------------------------------------- old client libraries
+
+
+def test_old_librdkafka_scram_is_refused_naming_the_library_and_the_fix(auth_gw, certs, topic):
+    """Debian's kcat links librdkafka 2.0.2, whose SCRAM client-final repeats the client nonce
+    (fixed in 2.6.1, confluentinc/librdkafka#4895).  kgw follows Kafka 4.x and refuses it; the log
+    line and the metric name the client library, its version and the fix, and a current
+    librdkafka logs in with the same password."""
+    version = run_tool(["kcat", "-V"], timeout=10).stdout.decode()
+    library = re.search(r"librdkafka (\d+)\.(\d+)\.(\d+)", version)
+    assert library, version
+    assert tuple(map(int, library.groups())) < (2, 6, 1), f"this test needs a librdkafka before 2.6.1: {version}"
+    mark = auth_gw.log_mark()
+    done = run_tool(["kcat", "-b", auth_gw.addr("SASL"), "-L", "-m", "5", "-X", "broker.address.family=v4",
+                     "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanisms=SCRAM-SHA-512",
+                     "-X", "sasl.username=sam", "-X", f"sasl.password={PASSWORDS['sam']}"], timeout=30, check=False)
+    assert done.returncode != 0, "old librdkafka must not log in"
+    software = f"librdkafka/{'.'.join(library.groups())}"
+    line = auth_gw.wait_for_log(r"SASL authentication failed: the client-final message repeats the client nonce", mark)
+    assert "librdkafka before 2.6.1" in line and "upgrade the client's librdkafka to 2.6.1 or later" in line, line
+    assert f" client_software={software}" in line, line
+    with urllib.request.urlopen(f"{auth_gw.gw.admin_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    assert (f'kgw_authentication_failures_by_client_total{{cause="scram_nonce_repeated",client_software="{software}",'
+            f'listener="SASL"}}') in text, [x for x in text.splitlines() if "by_client" in x]
+    good_client_still_served(auth_gw, certs, "SASL", topic)  # librdkafka >= 2.6.1, same mechanism family

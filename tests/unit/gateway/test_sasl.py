@@ -183,6 +183,57 @@ def test_scram_nonce_must_be_the_combined_nonce(tamper) -> None:
     assert "nonce" in exc.value.reason
 
 
+def test_scram_repeated_client_nonce_of_old_librdkafka_is_refused_and_named() -> None:
+    """librdkafka before 2.6.1 sends r=<client nonce><client nonce + server nonce> (#4895).  Kafka 4.x
+    refuses it (RFC 5802: equal); so does kgw, naming the library bug and the fix in the reason."""
+    server, client = scram(), ScramClient(SHA256, "alice", "alice-secret")
+    server_first = server.evaluate(client.first())
+    combined = server_first.decode().split(",")[0][2:]
+    with pytest.raises(SaslFailure) as exc:
+        server.evaluate(client.final(server_first, nonce=client.nonce + combined))
+    assert exc.value.cause == "scram_nonce_repeated"
+    assert "librdkafka before 2.6.1" in exc.value.reason and "upgrade" in exc.value.reason
+    assert exc.value.client_message == "Authentication failed during authentication due to invalid credentials " \
+                                       "with SASL mechanism SCRAM-SHA-256"  # what a Kafka 4.x broker says
+    server, client = scram(), ScramClient(SHA256, "alice", "wrong")
+    with pytest.raises(SaslFailure) as exc:
+        server.evaluate(client.final(server.evaluate(client.first())))
+    assert exc.value.cause == "credentials"
+
+
+def test_client_software_from_api_versions() -> None:
+    from protocol.apis.api_versions import client_software
+
+    body = encode(req(18, 3, client_software_name="librdkafka", client_software_version="2.0.2"))
+    assert client_software(3, body) == ("librdkafka", "2.0.2")
+    assert client_software(2, body) is None
+    for name in ("", "lib rd", "x" * 65, "-lead"):
+        bad = encode(req(18, 3, client_software_name=name, client_software_version="1"))
+        assert client_software(3, bad) is None, name
+    assert client_software(3, body[:5]) is None
+
+
+def test_failures_by_client_software_with_bounded_labels() -> None:
+    tracker = AuthFailureTracker(software_labels=2)
+    s = session(failures=tracker)
+    s.client_software = ("librdkafka", "2.0.2")
+    s.handle(17, 1, req(17, 1, mechanism="SCRAM-SHA-256"))
+    client = ScramClient(SHA256, "alice", "alice-secret")
+    first, _ = s.handle(36, 2, req(36, 2, auth_bytes=client.first()))
+    combined = bytes(first.auth_bytes).decode().split(",")[0][2:]
+    s.handle(36, 2, req(36, 2, auth_bytes=client.final(first.auth_bytes, nonce=client.nonce + combined)))
+    for software in ("a/1", "b/2", "c/3"):
+        tracker.record_failure("10.0.0.9", listener="SASL", mechanism="PLAIN", client_software=software,
+                               cause="credentials")
+    value = tracker.registry.get_sample_value
+    assert value("kgw_authentication_failures_by_client_total", {
+        "listener": "SASL", "client_software": "librdkafka/2.0.2", "cause": "scram_nonce_repeated"}) == 1
+    assert value("kgw_authentication_failures_by_client_total", {
+        "listener": "SASL", "client_software": "a/1", "cause": "credentials"}) == 1
+    assert value("kgw_authentication_failures_by_client_total", {  # the third name is over the bound
+        "listener": "SASL", "client_software": "other", "cause": "credentials"}) == 2
+
+
 @pytest.mark.parametrize(
     ("first", "reason"),
     [
