@@ -34,10 +34,12 @@ $(SPARK_KAFKA_STAMP): deploy/spark/pom.xml
 	  -DoutputDirectory=$(SPARK_KAFKA_HOME)/jars
 	touch $@
 
+# kcat: a client in the tests; promtool (Debian's prometheus package): checks deploy/prometheus
 setup: $(STAMP) $(KAFKA_STAMP) $(SPARK_KAFKA_STAMP)
-	@command -v kcat >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq kcat) >/dev/null; \
-	  else echo "kcat missing: sudo apt-get install kcat"; fi; }
+	@command -v kcat >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq kcat prometheus) >/dev/null; \
+	  else echo "kcat or promtool missing: sudo apt-get install kcat prometheus"; fi; }
 
 demo: setup
 	KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs $(VENV)/bin/kgw demo

@@ -2,38 +2,48 @@
 
 Theory of operation
 -------------------
-Kafka 4.1+ StandardAuthorizer publishes, per authorizer instance:
+Kafka 4.1+ StandardAuthorizer publishes, per authorizer instance, the attributes of the MBean
+``kafka.server:type=plugins,config=authorizer.class.name,class=StandardAuthorizer,role=broker``:
 
 * ``acls-total-count`` — gauge, current number of ACLs;
-* ``authorization-{request,allowed,denied}-rate-per-minute`` — windowed rates,
-  recorded **per action** (KIP-430 probes and the KIP-679 ``hardcode`` probe
-  included).
+* ``authorization-{request,allowed,denied}-rate-per-minute`` — windowed rates (Kafka's
+  default sample window, 2 × 30 s), recorded **per action** (KIP-430 probes and the
+  KIP-679 ``hardcode`` probe included).
 
-Prometheus derives rates itself, so kgw exports monotonically increasing
-counters and lets ``rate()`` do the windowing:
+A Kafka operator scrapes those through Prometheus' JMX exporter, whose default rendering
+turns them into ``kafka_server_plugins_<attribute>{class, config, role}``.  kgw exports the
+same four series under exactly those names and labels, so a dashboard or alert written for
+Kafka's authorizer works unchanged; and, because Prometheus prefers counters it can
+``rate()`` itself, monotonic counters per listener and a bounded per-principal denial count:
 
-===========================================  ===========  ============
-metric                                       type         labels
-===========================================  ===========  ============
-``kgw_authorizer_acls_total_count``          gauge        —
-``kgw_authorizer_authorization_requests_total``  counter  ``listener``
-``kgw_authorizer_authorization_allowed_total``   counter  ``listener``
-``kgw_authorizer_authorization_denied_total``    counter  ``listener``
-===========================================  ===========  ============
+===================================================================  =======  ===========================
+metric                                                               type     labels
+===================================================================  =======  ===========================
+``kafka_server_plugins_acls_total_count``                            gauge    class, config, role
+``kafka_server_plugins_authorization_request_rate_per_minute``       gauge    class, config, role
+``kafka_server_plugins_authorization_allowed_rate_per_minute``       gauge    class, config, role
+``kafka_server_plugins_authorization_denied_rate_per_minute``        gauge    class, config, role
+``kgw_authorizer_authorization_requests_total``                      counter  listener
+``kgw_authorizer_authorization_allowed_total``                       counter  listener
+``kgw_authorizer_authorization_denied_total``                        counter  listener
+``kgw_authorizer_denied_by_principal_total``                         counter  listener, principal
+===================================================================  =======  ===========================
 
-(``requests`` = ``allowed`` + ``denied``.)
+(``requests`` = ``allowed`` + ``denied``.)  Principals are client-chosen names (a SASL user
+name, a certificate subject): at most ``principal_labels`` distinct ones get their own label,
+later ones count as ``principal="other"``.
 
-Cost: instead of three ``Counter.inc()`` calls per action (each takes a lock),
-the authorizer adds a whole batch's tallies to a per-listener ``_Tally``
-(cached by listener name) under one small lock per ``authorize`` call.  The
-registry reads the tallies only when scraped, through this module's custom
-collector.  The ACL count is read from the authorizer's current snapshot at
-scrape time, so it can never drift from the index.
+Cost: instead of several ``Counter.inc()`` calls per action (each takes a lock), the
+authorizer adds a whole batch's tallies to a per-listener ``_Tally`` (cached by listener
+name) and to the rate window under small locks, once per ``authorize`` call.  The registry
+reads them only when scraped, through this module's custom collector.  The ACL count is read
+from the authorizer's current snapshot at scrape time, so it can never drift from the index.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -41,10 +51,19 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 __all__ = ["AuthorizerMetrics"]
 
-ACLS_TOTAL = "kgw_authorizer_acls_total_count"
+_KAFKA = "kafka_server_plugins_"
+ACLS_TOTAL = _KAFKA + "acls_total_count"
+REQUEST_RATE = _KAFKA + "authorization_request_rate_per_minute"
+ALLOWED_RATE = _KAFKA + "authorization_allowed_rate_per_minute"
+DENIED_RATE = _KAFKA + "authorization_denied_rate_per_minute"
 REQUESTS = "kgw_authorizer_authorization_requests"
 ALLOWED = "kgw_authorizer_authorization_allowed"
 DENIED = "kgw_authorizer_authorization_denied"
+DENIED_BY_PRINCIPAL = "kgw_authorizer_denied_by_principal"
+
+#: Kafka's default metrics.sample.window.ms and metrics.num.samples
+SAMPLE_WINDOW_S = 30.0
+NUM_SAMPLES = 2
 
 
 class _Tally:
@@ -56,19 +75,68 @@ class _Tally:
         self.lock = threading.Lock()
 
 
-class AuthorizerMetrics(Collector):
-    """The authorizer's metrics, registered on a host-supplied registry."""
+class _RateWindow:
+    """Kafka's ``Rate`` over ``SampledStat``: NUM_SAMPLES windows of SAMPLE_WINDOW_S seconds;
+    the rate is what the live windows hold, divided by the time they cover (at least
+    (NUM_SAMPLES - 1) windows, so a fresh window does not read as a burst)."""
 
-    def __init__(self, acl_count: Callable[[], int]) -> None:
+    __slots__ = ("lock", "samples")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        #: [window start, allowed, denied], oldest first
+        self.samples: list[list[float]] = []
+
+    def record(self, now: float, allowed: int, denied: int) -> None:
+        with self.lock:
+            samples = self.samples
+            if not samples or now - samples[-1][0] >= SAMPLE_WINDOW_S:
+                samples.append([now, 0, 0])
+                if len(samples) > NUM_SAMPLES:
+                    del samples[0]
+            last = samples[-1]
+            last[1] += allowed
+            last[2] += denied
+
+    def per_minute(self, now: float) -> tuple[float, float]:
+        """(allowed, denied) per minute."""
+        with self.lock:
+            live = [s for s in self.samples if now - s[0] < NUM_SAMPLES * SAMPLE_WINDOW_S]
+        if not live:
+            return 0.0, 0.0
+        elapsed = max(now - live[0][0], (NUM_SAMPLES - 1) * SAMPLE_WINDOW_S)
+        return (sum(s[1] for s in live) * 60 / elapsed, sum(s[2] for s in live) * 60 / elapsed)
+
+
+class AuthorizerMetrics(Collector):
+    """The authorizer's metrics, registered on a host-supplied registry.
+
+    Args:
+        acl_count: the current number of ACLs, read at scrape time.
+        class_name: the authorizer's simple class name (Kafka's ``class`` tag).
+        principal_labels: distinct principals labelled in the denial count at most.
+    """
+
+    def __init__(self, acl_count: Callable[[], int], *, class_name: str = "StandardAuthorizer",
+                 principal_labels: int = 100, clock: Callable[[], float] = time.monotonic) -> None:
         self._acl_count = acl_count
+        self._kafka_labels = (class_name, "authorizer.class.name", "broker")
         self._tallies: dict[str, _Tally] = {}
         self._tallies_lock = threading.Lock()
+        self._window = _RateWindow()
+        self._clock = clock
+        self._principal_labels = principal_labels
+        #: (listener, principal label) -> denials
+        self._denied_by_principal: dict[tuple[str, str], int] = {}
+        self._principals: set[str] = set()
+        self._principal_lock = threading.Lock()
 
     def register(self, registry: CollectorRegistry) -> None:
         registry.register(self)
 
-    def record(self, listener: str, allowed: int, denied: int) -> None:
-        """Add one ``authorize`` call's per-action outcomes for ``listener``."""
+    def record(self, listener: str, allowed: int, denied: int, principal: str | None = None) -> None:
+        """Add one ``authorize`` call's per-action outcomes for ``listener`` (and, when some
+        were denied, the principal they were denied to)."""
         tally = self._tallies.get(listener)
         if tally is None:
             with self._tallies_lock:
@@ -76,28 +144,56 @@ class AuthorizerMetrics(Collector):
         with tally.lock:
             tally.allowed += allowed
             tally.denied += denied
+        self._window.record(self._clock(), allowed, denied)
+        if denied and principal is not None:
+            with self._principal_lock:
+                if principal not in self._principals:
+                    if len(self._principals) < self._principal_labels:
+                        self._principals.add(principal)
+                    else:
+                        principal = "other"
+                key = (listener, principal)
+                self._denied_by_principal[key] = self._denied_by_principal.get(key, 0) + denied
 
     # -- prometheus_client Collector protocol -------------------------------
 
+    def _families(self) -> tuple[Metric, ...]:
+        kafka = ["class", "config", "role"]
+        return (
+            GaugeMetricFamily(ACLS_TOTAL, "Current number of ACLs held by the authorizer (Kafka's acls-total-count)",
+                              labels=kafka),
+            GaugeMetricFamily(REQUEST_RATE, "Authorization actions decided per minute over Kafka's 2 x 30 s "
+                              "sample window (authorization-request-rate-per-minute)", labels=kafka),
+            GaugeMetricFamily(ALLOWED_RATE, "Authorization actions allowed per minute (authorization-allowed-"
+                              "rate-per-minute)", labels=kafka),
+            GaugeMetricFamily(DENIED_RATE, "Authorization actions denied per minute (authorization-denied-"
+                              "rate-per-minute)", labels=kafka),
+            CounterMetricFamily(REQUESTS, "Authorization actions decided", labels=["listener"]),
+            CounterMetricFamily(ALLOWED, "Authorization actions allowed", labels=["listener"]),
+            CounterMetricFamily(DENIED, "Authorization actions denied", labels=["listener"]),
+            CounterMetricFamily(DENIED_BY_PRINCIPAL, "Authorization actions denied, by principal (at most "
+                                "100 principals; later ones as principal=\"other\")", labels=["listener", "principal"]),
+        )
+
     def describe(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily(ACLS_TOTAL, "Current number of ACLs held by the authorizer")
-        yield CounterMetricFamily(REQUESTS, "Authorization actions decided", labels=["listener"])
-        yield CounterMetricFamily(ALLOWED, "Authorization actions allowed", labels=["listener"])
-        yield CounterMetricFamily(DENIED, "Authorization actions denied", labels=["listener"])
+        yield from self._families()
 
     def collect(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily(
-            ACLS_TOTAL, "Current number of ACLs held by the authorizer", value=self._acl_count()
-        )
-        requests = CounterMetricFamily(REQUESTS, "Authorization actions decided", labels=["listener"])
-        allowed = CounterMetricFamily(ALLOWED, "Authorization actions allowed", labels=["listener"])
-        denied = CounterMetricFamily(DENIED, "Authorization actions denied", labels=["listener"])
+        acls, request_rate, allowed_rate, denied_rate, requests, allowed, denied, by_principal = self._families()
+        kafka = list(self._kafka_labels)
+        acls.add_metric(kafka, self._acl_count())
+        a_rate, d_rate = self._window.per_minute(self._clock())
+        request_rate.add_metric(kafka, a_rate + d_rate)
+        allowed_rate.add_metric(kafka, a_rate)
+        denied_rate.add_metric(kafka, d_rate)
         for listener, tally in sorted(self._tallies.items()):
             with tally.lock:
                 a, d = tally.allowed, tally.denied
             requests.add_metric([listener], a + d)
             allowed.add_metric([listener], a)
             denied.add_metric([listener], d)
-        yield requests
-        yield allowed
-        yield denied
+        with self._principal_lock:
+            counts = sorted(self._denied_by_principal.items())
+        for (listener, principal), count in counts:
+            by_principal.add_metric([listener, principal], count)
+        yield from (acls, request_rate, allowed_rate, denied_rate, requests, allowed, denied, by_principal)

@@ -297,7 +297,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
             _log_suppressed(principal_key, context, suppressed)
         metrics = self._metrics
         if metrics is not None:
-            metrics.record(context.listener_name, allowed, len(results) - allowed)
+            metrics.record(context.listener_name, allowed, len(results) - allowed, principal_key)
         return results
 
     def authorize_by_resource_type(
@@ -465,7 +465,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
     # -- Monitorable ------------------------------------------------------------------
 
     def monitor(self, registry: Any) -> None:
-        metrics = AuthorizerMetrics(lambda: len(self._data.index))
+        metrics = AuthorizerMetrics(lambda: len(self._data.index), class_name=type(self).__name__)
         metrics.register(registry)
         self._metrics = metrics
 

@@ -405,7 +405,7 @@ class ConnectionCore:
             )
         # Observed before the response can reach the client: whoever saw the response may
         # rely on /metrics counting it.
-        self.metrics.latency(slot.spec.name).observe(time.monotonic() - slot.sent_at)
+        self.metrics.latency(self.listener_name, slot.spec.name).observe(time.monotonic() - slot.sent_at)
         rewrite = slot.spec.rewrite_response
         if rewrite is None and slot.merge is None:
             slot.data = frame

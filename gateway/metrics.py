@@ -6,7 +6,11 @@ dictionary lookup and an increment.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+# Counters and histograms get no `<name>_created` series: they double the series count and
+# nothing an operator queries uses them (docs/metrics.md).
+disable_created_metrics()
 
 __all__ = ["GatewayMetrics"]
 
@@ -25,13 +29,13 @@ class GatewayMetrics:
         )
         self.upstream_latency = Histogram(
             "kgw_upstream_latency_seconds", "Time from forwarding a request to its upstream response",
-            ["api"], buckets=_LATENCY_BUCKETS, registry=r,
+            ["listener", "api"], buckets=_LATENCY_BUCKETS, registry=r,
         )
         self.bytes_in = Counter("kgw_bytes_in", "Bytes received from clients", ["listener"], registry=r)
         self.bytes_out = Counter("kgw_bytes_out", "Bytes sent to clients", ["listener"], registry=r)
         self.ready = Gauge("kgw_listener_ready", "1 when the listener accepts connections", ["listener"], registry=r)
         self._requests: dict[tuple[str, str], Counter] = {}
-        self._latency: dict[str, Histogram] = {}
+        self._latency: dict[tuple[str, str], Histogram] = {}
 
     def request(self, listener: str, api: str):
         child = self._requests.get((listener, api))
@@ -39,8 +43,8 @@ class GatewayMetrics:
             child = self._requests[(listener, api)] = self.requests.labels(listener, api)
         return child
 
-    def latency(self, api: str):
-        child = self._latency.get(api)
+    def latency(self, listener: str, api: str):
+        child = self._latency.get((listener, api))
         if child is None:
-            child = self._latency[api] = self.upstream_latency.labels(api)
+            child = self._latency[(listener, api)] = self.upstream_latency.labels(listener, api)
         return child

@@ -35,11 +35,14 @@ def test_metrics_count_requests_connections_and_authorizer_decisions(start_gatew
     admin.list_topics("not-allowed-" + topic_name, timeout=20)  # one denied DESCRIBE
     status, text = _get(gw.admin_url + "/metrics")
     assert status == 200
-    assert _value(text, "kgw_authorizer_acls_total_count") == 2
+    assert _value(text, "kafka_server_plugins_acls_total_count", **{"class": "StandardAuthorizer"}) == 2
     assert _value(text, "kgw_requests_total", listener="EXTERNAL", api="Metadata") >= 2
     assert _value(text, "kgw_connections_total", listener="EXTERNAL") >= 1
     assert _value(text, "kgw_bytes_in_total", listener="EXTERNAL") > 0
-    assert _value(text, "kgw_upstream_latency_seconds_count", api="Metadata") >= 1
+    assert _value(text, "kgw_upstream_latency_seconds_count", listener="EXTERNAL", api="Metadata") >= 1
+    assert _value(text, "kgw_authorizer_denied_by_principal_total", listener="EXTERNAL", principal="User:ANONYMOUS") >= 1
+    assert _value(text, "kafka_server_plugins_authorization_denied_rate_per_minute") > 0
+    assert "_created" not in text
     assert _value(text, "kgw_authorizer_authorization_requests_total", listener="EXTERNAL") >= 2
     assert _value(text, "kgw_authorizer_authorization_allowed_total", listener="EXTERNAL") >= 1
     assert _value(text, "kgw_authorizer_authorization_denied_total", listener="EXTERNAL") >= 1

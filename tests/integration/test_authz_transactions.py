@@ -47,8 +47,8 @@ def init_producer_id(txn: str | None):
 def forwarded(gw, api: str) -> float:
     """How many ``api`` requests kgw forwarded and got an upstream answer for (admin /metrics)."""
     text = urllib.request.urlopen(gw.admin_url.rstrip("/") + "/metrics", timeout=T).read().decode()
-    m = re.search(rf'^kgw_upstream_latency_seconds_count\{{api="{api}"\}} (\S+)$', text, re.M)
-    return float(m.group(1)) if m else 0.0
+    return sum(float(m.group(1)) for m in re.finditer(
+        rf'^kgw_upstream_latency_seconds_count\{{[^}}]*api="{api}"[^}}]*\}} (\S+)$', text, re.M))
 
 
 # -- raw protocol: the gateway's decision, whatever tansu supports --------------------

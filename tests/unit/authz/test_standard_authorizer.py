@@ -683,14 +683,20 @@ def test_metrics_count_per_action_per_listener_and_acl_total():
     def value(name, **labels):
         return registry.get_sample_value(name, labels or None)
 
-    assert value("kgw_authorizer_acls_total_count") == 2
+    kafka = {"class": "StandardAuthorizer", "config": "authorizer.class.name", "role": "broker"}
+    assert value("kafka_server_plugins_acls_total_count", **kafka) == 2
     assert value("kgw_authorizer_authorization_requests_total", listener="PLAIN") == 3
     assert value("kgw_authorizer_authorization_allowed_total", listener="PLAIN") == 2
     assert value("kgw_authorizer_authorization_denied_total", listener="PLAIN") == 1
     assert value("kgw_authorizer_authorization_requests_total", listener="SSL") == 2
     assert value("kgw_authorizer_authorization_denied_total", listener="SSL") == 2
+    # Kafka's windowed rates: 5 actions (2 allowed, 3 denied) within the first 30 s window,
+    # divided by at least one window (30 s): per minute, twice the counts
+    assert value("kafka_server_plugins_authorization_request_rate_per_minute", **kafka) == pytest.approx(10, rel=0.1)
+    assert value("kafka_server_plugins_authorization_allowed_rate_per_minute", **kafka) == pytest.approx(4, rel=0.1)
+    assert value("kafka_server_plugins_authorization_denied_rate_per_minute", **kafka) == pytest.approx(6, rel=0.1)
     a.apply_changes({uuid.uuid4(): acl("more")}, [])
-    assert value("kgw_authorizer_acls_total_count") == 3
+    assert value("kafka_server_plugins_acls_total_count", **kafka) == 3
 
 
 def test_one_request_denied_on_many_resources_writes_a_bounded_audit(caplog):

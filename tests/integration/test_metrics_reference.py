@@ -1,0 +1,68 @@
+"""docs/metrics.md is what a running gateway exports: every series in the table, with its type
+and labels, and nothing the table does not name.  The gateway runs with everything that adds
+series (the StandardAuthorizer, a SASL listener, audit publishing) and sees a denial, a failed
+login and a refused frame, so the series that appear on first use exist too."""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import urllib.request
+import uuid
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.kafka_data import authentication_error, confluent_errors
+from tests.support.metrics_doc import documented
+from tests.support.ports import HOST, free_port, free_port_base
+
+pytestmark = pytest.mark.integration
+
+def exported(text: str) -> dict[str, tuple[str, frozenset[str]]]:
+    """name as queried (counters with _total) -> (type, label names)."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        name = family.name + "_total" if family.type == "counter" else family.name
+        labels = frozenset(k for s in family.samples for k in s.labels if k != "le")
+        found[name] = (family.type, labels)
+    return found
+
+
+def test_the_metrics_reference_is_what_a_gateway_exports(start_gateway, tmp_path):
+    uid = uuid.uuid4().hex[:8]
+    sasl = {"name": "SASL", "security_protocol": "SASL_PLAINTEXT", "host": HOST, "port": free_port(),
+            "advertised_host": HOST, "broker_port_base": free_port_base(), "sasl": {"mechanisms": ["SCRAM-SHA-512"]}}
+    external = {"name": "EXTERNAL", "security_protocol": "PLAINTEXT", "host": HOST, "port": free_port(),
+                "advertised_host": HOST, "broker_port_base": free_port_base()}
+    gw = start_gateway({
+        "listeners": [external, sasl],
+        "authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer",
+                       "config": {"allow.everyone.if.no.acl.found": False}},
+        "audit": {"publish": True, "topic": f"kgw-audit-{uid}", "linger_ms": 100},
+    }, name=f"metrics-ref-{uid}")
+    admin = AdminClient({"bootstrap.servers": gw.bootstrap})
+    admin.list_topics(f"denied-{uid}", timeout=20)  # ANONYMOUS has no ACL: denied
+    errors = confluent_errors({"bootstrap.servers": gw.listeners["SASL"], "security.protocol": "SASL_PLAINTEXT",
+                               "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "nobody",
+                               "sasl.password": "x"}, authentication_error)
+    assert authentication_error(errors)
+    host, port = gw.bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as raw:  # API key 32000: closed, counted
+        raw.sendall(struct.pack(">ihhih", 10, 32000, 0, 1, -1))
+        assert raw.recv(1) == b""
+    with urllib.request.urlopen(gw.admin_url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    doc = documented()
+    got = exported(text)
+    supervisor_only = {name for name, (_, _, meaning) in doc.items() if meaning.startswith("supervisor only")}
+    assert supervisor_only == {"kgw_worker_up", "kgw_worker_restarts_total"}
+    undocumented = sorted(set(got) - set(doc))
+    assert not undocumented, f"exported but not in docs/metrics.md: {undocumented}"
+    missing = sorted(set(doc) - set(got) - supervisor_only)
+    assert not missing, f"in docs/metrics.md but not exported: {missing}"
+    wrong = {name: (got[name], doc[name][:2]) for name in got if got[name] != doc[name][:2]}
+    assert not wrong, f"type or labels differ from docs/metrics.md (exported, documented): {wrong}"
+    assert "_created" not in text
