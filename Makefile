@@ -35,12 +35,15 @@ $(SPARK_KAFKA_STAMP): deploy/spark/pom.xml
 	touch $@
 
 # kcat: a client in the tests; promtool (Debian's prometheus package) checks deploy/prometheus;
-# docker-compose (without the engine it recommends) checks deploy/compose.yaml
+# docker-compose (without the engine it recommends) checks deploy/compose.yaml; chromium renders
+# the audit report in a test
+DEBS := kcat prometheus docker-compose chromium
 setup: $(STAMP) $(KAFKA_STAMP) $(SPARK_KAFKA_STAMP)
-	@command -v kcat >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 && command -v docker-compose >/dev/null 2>&1 || { \
+	@for tool in kcat promtool docker-compose chromium; do command -v $$tool >/dev/null 2>&1 || missing=1; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq --no-install-recommends kcat prometheus docker-compose) >/dev/null; \
-	  else echo "kcat, promtool or docker-compose missing: sudo apt-get install kcat prometheus docker-compose"; fi; }
+	    apt-get install -y -qq --no-install-recommends $(DEBS)) >/dev/null; \
+	  else echo "missing tools: sudo apt-get install $(DEBS)"; fi; fi
 
 demo: setup
 	KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs $(VENV)/bin/kgw demo

@@ -34,6 +34,9 @@ EVENT_FIELDS: tuple[tuple[str, str], ...] = (
     ("client_id", "string"),
     ("correlation_id", "int"),
     ("rule", "string"),
+    ("event", "string"),
+    ("mechanism", "string"),
+    ("reason", "string"),
     ("gateway", "string"),
 )
 _TYPES = dict(EVENT_FIELDS)
@@ -76,7 +79,13 @@ def audit_event(fields: Mapping[str, Any], ts: float, gateway: str | None = None
         "client_id": fields.get("kgw_client_id"),
         "correlation_id": fields.get("kgw_correlation_id"),
         "rule": fields.get("kgw_rule"),
+        # "authorization" (a decision) or "authentication" (a failed login: operation
+        # AUTHENTICATE, the principal the client tried, its mechanism and kgw's reason)
+        "event": fields.get("kgw_event", "authorization"),
     }
+    if event["event"] == "authentication":
+        event["mechanism"] = fields.get("kgw_mechanism")
+        event["reason"] = fields.get("kgw_reason")
     if gateway is not None:
         event["gateway"] = gateway
     assert event.keys() <= _TYPES.keys()

@@ -37,6 +37,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -88,6 +90,8 @@ class AuthFailureTracker:
             registry=self.registry,
         )
         self.software_labels = software_labels
+        #: where failed authentications go as audit events (the audit publisher's offer), if anywhere
+        self.audit: Callable[[Mapping[str, Any]], Any] | None = None
         self._software_seen: set[str] = set()
         self.capacity = capacity
         self.warn_threshold = warn_threshold
@@ -95,10 +99,15 @@ class AuthFailureTracker:
         self._lock = threading.Lock()
 
     def record_failure(self, address: str | tuple, *, listener: str = "unknown", mechanism: str = "unknown",
-                       client_software: str | None = None, cause: str = "other") -> int:
+                       client_software: str | None = None, cause: str = "other", user: str | None = None,
+                       reason: str | None = None) -> int:
         """Count one failure of ``address`` (a host, or a (host, port, ...) tuple); return the host's count.
-        ``client_software`` (SASL failures only): "name/version" or "unknown"."""
+        ``client_software`` (SASL failures only): "name/version" or "unknown"; ``user``: the user
+        name the client tried, if it gave one; ``reason``: the log's reason.  With an ``audit``
+        sink set, the failure is also an audit event (operation AUTHENTICATE, denied)."""
         host = _host(address)
+        if self.audit is not None:
+            self.audit(authentication_failure_fields(host, listener, mechanism or "unknown", user, reason))
         self.counter.labels(listener, mechanism or "unknown").inc()
         with self._lock:
             if client_software is not None:
@@ -132,6 +141,28 @@ class AuthFailureTracker:
 
     def __len__(self) -> int:
         return len(self._counts)
+
+
+#: the longest user name and reason an audit event carries (both come from the client)
+_AUDIT_TEXT_MAX = 256
+
+
+def authentication_failure_fields(host: str, listener: str, mechanism: str, user: str | None,
+                                  reason: str | None) -> dict[str, Any]:
+    """The audit fields (``authz.audit_events.audit_event``'s input) of one failed login: the
+    principal the client tried (``User:<name>``, or ``User:`` when it named none), denied
+    operation AUTHENTICATE on ``Authentication:LITERAL:<mechanism>``."""
+    return {
+        "kgw_event": "authentication",
+        "kgw_principal": f"User:{(user or '')[:_AUDIT_TEXT_MAX]}",
+        "kgw_allowed": False,
+        "kgw_operation": "AUTHENTICATE",
+        "kgw_resource": f"Authentication:LITERAL:{mechanism}",
+        "kgw_listener": listener,
+        "kgw_host": host,
+        "kgw_mechanism": mechanism,
+        "kgw_reason": (reason or "")[:_AUDIT_TEXT_MAX],
+    }
 
 
 def _host(address: str | tuple) -> str:

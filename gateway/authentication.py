@@ -113,6 +113,7 @@ class ListenerSecurity:
             raise AuthenticationFailed(str(e)) from None
 
     def _failed(self, client_address: str, mechanism: str, reason: str) -> None:
-        count = self.failures.record_failure(client_address, listener=self.listener_name, mechanism=mechanism)
+        count = self.failures.record_failure(client_address, listener=self.listener_name, mechanism=mechanism,
+                                             reason=reason)
         log.info("authentication failed on listener %s from %s: %s (failure %d from this address)",
                  self.listener_name, client_address, reason, count)

@@ -120,6 +120,7 @@ class PlainServer:
     mechanism = "PLAIN"
 
     def __init__(self, users: Mapping[str, PlainCredential]) -> None:
+        self.attempted_user: str | None = None  # the user name the client gave (audit of failures)
         self._users = users
         self.complete = False
         self.authorization_id: str | None = None
@@ -128,6 +129,7 @@ class PlainServer:
         if self.complete:
             raise SaslFailure("Authentication failed: PLAIN exchange already complete")
         authzid, username, password = _plain_tokens(token)
+        self.attempted_user = username or None
         if not username:
             raise SaslFailure("Authentication failed: username not specified")
         if not password:
@@ -359,6 +361,7 @@ class SaslSession:
     def _set_failed(self, reason: str, *, record: bool = True, cause: str = "other") -> None:
         self.state = SaslState.FAILED
         self.failure_reason = reason
+        user = getattr(self._server, "attempted_user", None)
         self._server = None
         software = "/".join(self.client_software) if self.client_software else "unknown"
         log.info(
@@ -369,4 +372,4 @@ class SaslSession:
         if record and self._failures is not None:
             self._failures.record_failure(
                 self._base.client_address, listener=self.listener_name, mechanism=self.mechanism or "unknown",
-                client_software=software, cause=cause)
+                client_software=software, cause=cause, user=user, reason=reason)

@@ -77,6 +77,8 @@ class ScramServer:
         self._server_first = ""
         self._nonce = ""
         self._client_nonce = ""
+        #: the user name the client gave (audit of failures)
+        self.attempted_user: str | None = None
 
     def evaluate(self, token: bytes) -> bytes:
         try:
@@ -101,7 +103,7 @@ class ScramServer:
                 "Authentication failed: Client requested an authorization id that is different from username",
                 f"user {username!r} asked for authorization id {authzid!r}",
             )
-        self._username = username
+        self._username = self.attempted_user = username
         credential = self._credentials.get((username, self.mechanism))
         self._known = credential is not None
         self._credential = credential if credential is not None else self._fake_credential(username)

@@ -183,6 +183,7 @@ class Gateway:
                     cfg.audit.topic, max_buffered=cfg.audit.max_buffered,
                     batch_max_events=cfg.audit.batch_max_events, linger_s=cfg.audit.linger_ms / 1000,
                     partitions=cfg.audit.partitions, gateway_name=cfg.cluster_id, registry=self.metrics.registry)
+                self.auth_failures.audit = publisher.offer  # failed logins are audit events too
                 add_sink = getattr(self.authorizer, "add_audit_sink", None)
                 if add_sink is not None:
                     add_sink(publisher.offer)

@@ -167,3 +167,106 @@ def test_audit_events_to_parquet_and_report(spark, tansu, start_gateway, tmp_pat
     assert f"Topic:LITERAL:{topic_b}" in page
     print(f"\naudit job first run {first_run_s:.1f}s; published {_published(gw):.0f} events; "
           f"report {report} ({len(page)} bytes)")
+
+
+def test_audit_job_on_a_secured_gateway_counts_failed_logins_and_renders(spark, tansu, start_gateway, tmp_path,
+                                                                          capsys):
+    """#15 item 9: against a SASL_SSL listener the job takes Kafka-style client properties
+    (--command-config); with a wrong password it stops before Spark with one line, no trace;
+    failed logins are audit events, and the report, as headless Chromium renders it, shows
+    allowed and denied over time with a ticked axis, per listener and client address, and the
+    failed login with the principal tried."""
+    import base64
+
+    import pyarrow.parquet as pq
+
+    from authz.credentials import SaslMechanism, ScramCredential
+    from gateway.dev_certs import write_dev_certs
+    from kgw_spark.audit_job import check_access, kafka_options, main, nice_ticks, parse_args, run, source_options
+    from tests.integration.test_spark_source import create_topic
+    from tests.support.browser import rendered_text
+    from tests.support.kafka_data import authentication_error, confluent_errors
+    from tests.support.ports import HOST, free_port, free_port_base
+
+    uid = tmp_path.name[-12:].strip("_-") or "x"
+    topic_a, topic_b, audit = f"sec-ok-{uid}", f"sec-denied-{uid}", f"kgw-audit-sec-{uid}"
+    for t in (topic_a, topic_b):
+        create_topic(tansu.bootstrap, t, 1)
+    certs = write_dev_certs(tmp_path / "certs")
+    name = "kgw-audit-sec"
+    data_dir = tmp_path / name / "metadata"
+    _seed(data_dir, "--operation", "DESCRIBE", "--topic", topic_a)
+    for op in ("READ", "DESCRIBE"):
+        _seed(data_dir, "--operation", op, "--topic", audit, "--principal", "User:auditor")
+    auditor = ScramCredential.from_password("auditor", "auditor-pw", SaslMechanism("SCRAM-SHA-512"))
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    listeners = [
+        {"name": "EXTERNAL", "security_protocol": "PLAINTEXT", "host": HOST, "port": free_port(),
+         "advertised_host": HOST, "broker_port_base": free_port_base()},
+        {"name": "SECURE", "security_protocol": "SASL_SSL", "host": HOST, "port": free_port(),
+         "advertised_host": "localhost", "broker_port_base": free_port_base(),
+         "tls": {"cert_file": str(certs["gateway.pem"]), "key_file": str(certs["gateway-key.pem"])},
+         "sasl": {"mechanisms": ["SCRAM-SHA-512"]}}]
+    gw = start_gateway({
+        "listeners": listeners,
+        "users": {"scram": [{"name": "auditor", "mechanism": "SCRAM-SHA-512", "salt": b64(auditor.salt),
+                             "iterations": auditor.iterations, "stored_key": b64(auditor.stored_key),
+                             "server_key": b64(auditor.server_key)}]},
+        "authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer", "config": {}},
+        "audit": {"publish": True, "topic": audit, "linger_ms": 100}}, name=name)
+    secure = gw.listeners["SECURE"].replace(HOST, "localhost")
+
+    # a failed login on the secured listener, 3 allowed and 2 denied decisions on the plain one
+    errors = confluent_errors({"bootstrap.servers": secure, "security.protocol": "SASL_SSL",
+                               "ssl.ca.location": str(certs["ca.pem"]), "sasl.mechanisms": "SCRAM-SHA-512",
+                               "sasl.username": "mallory", "sasl.password": "guess"}, authentication_error)
+    assert authentication_error(errors)
+    assert _metadata_requests(gw.bootstrap, [(topic_a, 0)] * 3 + [(topic_b, 29)] * 2) == \
+        {(topic_a, 0): 3, (topic_b, 29): 2}
+    _wait_published(gw, 6)
+
+    def properties(password: str) -> Path:
+        path = tmp_path / f"client-{password}.properties"
+        path.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+                        f'    username="auditor" password="{password}";\n'
+                        f"ssl.truststore.location={certs['ca.pem']}\n")
+        return path
+
+    out = tmp_path / "audit-out"
+    argv = ["--bootstrap", secure, "--topic", audit, "--out", str(out)]
+    # a wrong password: one line, exit 2, before any Spark
+    assert main([*argv, "--command-config", str(properties("wrong"))]) == 2
+    err = capsys.readouterr().err
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in err, err
+    assert err.startswith(f"audit_job: cannot read the audit topic '{audit}' through {secure}: "), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "Py4J" not in err, err
+
+    args = parse_args([*argv, "--command-config", str(properties("auditor-pw"))])
+    options = source_options(args.bootstrap, args.topic, kafka_options(args))
+    assert check_access(options) is None
+    report = run(spark, args, options)
+
+    df = pq.read_table(str(out / "per_minute")).to_pandas()
+    logins = df[df["operation"] == "AUTHENTICATE"].groupby(["principal", "resource", "listener", "client_address"])
+    failed = {k: int(n) for k, n in logins["denied"].sum().items()}
+    # mallory's attempts and the job's own wrong-password attempts (clients retry a refused login)
+    assert set(failed) == {("User:mallory", "Authentication:LITERAL:SCRAM-SHA-512", "SECURE", "127.0.0.1"),
+                           ("User:auditor", "Authentication:LITERAL:SCRAM-SHA-512", "SECURE", "127.0.0.1")}, failed
+    decisions = df[df["operation"] != "AUTHENTICATE"]
+    external = decisions[decisions["listener"] == "EXTERNAL"]
+    assert (int(external["allowed"].sum()), int(external["denied"].sum())) == (3, 2)
+    peak = int(decisions.groupby("minute")[["allowed", "denied"]].sum().max().max())
+
+    seen = rendered_text(report, tmp_path)
+    allowed, denied = int(decisions["allowed"].sum()), int(decisions["denied"].sum())
+    assert f"{allowed} allowed, {denied} denied decisions; {sum(failed.values())} failed logins." \
+        in " ".join(seen.split()), seen
+    for text in ("Allowed and denied per minute", "decisions per minute", "minute (UTC)", "By listener",
+                 "By client address", "Failed logins", "principal tried", "User:mallory", "SCRAM-SHA-512",
+                 "SECURE", "EXTERNAL", "127.0.0.1", "Top denied principals", "User:ANONYMOUS"):
+        assert text in seen, f"{text!r} is not on the rendered report:\n{seen}"
+    chart = seen[seen.index("Allowed and denied per minute"):seen.index("By listener")]
+    labels = chart.split()
+    assert "allowed" in labels and "denied" in labels  # the legend
+    assert all(str(tick) in labels for tick in nice_ticks(peak)), (nice_ticks(peak), chart)

@@ -100,7 +100,29 @@ def test_event_json_fields():
         "decision": "DENIED", "operation": "READ", "resource": "Topic:LITERAL:orders:eu",
         "resource_type": "Topic", "pattern_type": "LITERAL", "resource_name": "orders:eu",
         "listener": "EXTERNAL", "client_address": "10.0.0.1", "api": "Fetch", "client_id": "c1",
-        "correlation_id": 7, "rule": "DefaultDeny", "gateway": "gw1"}
+        "correlation_id": 7, "rule": "DefaultDeny", "event": "authorization", "gateway": "gw1"}
+
+
+def test_a_failed_login_is_an_audit_event():
+    """Failed authentications reach the audit stream (#15 item 9): the principal the client tried,
+    the mechanism, its address and kgw's reason, as a denied AUTHENTICATE."""
+    from gateway.auth_failures import AuthFailureTracker
+
+    offered = []
+    tracker = AuthFailureTracker()
+    tracker.audit = offered.append
+    tracker.record_failure(("10.0.0.9", 51000), listener="SASL", mechanism="SCRAM-SHA-512",
+                           client_software="librdkafka/2.16.0", cause="credentials", user="mallory",
+                           reason="invalid proof for user 'mallory'")
+    (fields_,) = offered
+    event = audit_event(fields_, 1735732800.0)
+    assert {k: event[k] for k in ("principal", "allowed", "decision", "operation", "resource", "listener",
+                                  "client_address", "event", "mechanism", "reason")} == {
+        "principal": "User:mallory", "allowed": False, "decision": "DENIED", "operation": "AUTHENTICATE",
+        "resource": "Authentication:LITERAL:SCRAM-SHA-512", "listener": "SASL", "client_address": "10.0.0.9",
+        "event": "authentication", "mechanism": "SCRAM-SHA-512", "reason": "invalid proof for user 'mallory'"}
+    tracker.record_failure("10.0.0.9", user="x" * 10_000, reason="y" * 10_000)  # client-sized text is bounded
+    assert len(offered[1]["kgw_principal"]) <= 5 + 256 and len(offered[1]["kgw_reason"]) <= 256
 
 
 def test_encode_batch_is_record_batch_v2_of_json():
