@@ -57,6 +57,7 @@ from .acl import (
 )
 from .principal import KafkaPrincipal, WILDCARD_PRINCIPAL_KEY, parse_principal
 from authz.acl_summaries import GroupSummary, _first_undominated
+from authz.sharded_map import MASK, ShardedMap
 
 _LITERAL = PatternType.LITERAL
 
@@ -188,54 +189,49 @@ _GroupKey = tuple[str, str, AclOperation]
 
 
 class _Section:
-    """The ACLs of one resource type.  Immutable once published."""
+    """The ACLs of one resource type.  Immutable once published.
 
-    __slots__ = ("literal", "prefixed", "prefix_lengths", "groups", "summaries")
+    ``literal``, ``prefixed``, ``groups`` and ``summaries`` are ``ShardedMap``s, so a change
+    copies only the shards it touches; ``prefix_counts`` (prefix length -> how many prefixed
+    names have it) is small (one entry per distinct length) and copied whole."""
+
+    __slots__ = ("literal", "prefixed", "prefix_counts", "prefix_lengths", "groups", "summaries", "wildcard")
 
     def __init__(
         self,
-        literal: dict[str, Bucket],
-        prefixed: dict[str, Bucket],
-        groups: dict[_GroupKey, tuple[StandardAcl, ...]],
-        summaries: dict[_GroupKey, GroupSummary] | None = None,
+        literal: ShardedMap,
+        prefixed: ShardedMap,
+        prefix_counts: dict[int, int],
+        groups: ShardedMap,
+        summaries: ShardedMap,
     ) -> None:
         self.literal = literal
+        #: the LITERAL ``*`` bucket, visited for every name (looked up once, here)
+        self.wildcard: Bucket | None = literal.get(WILDCARD_RESOURCE)
         self.prefixed = prefixed
-        self.prefix_lengths = tuple(sorted({len(p) for p in prefixed}, reverse=True))
+        self.prefix_counts = prefix_counts
+        self.prefix_lengths = tuple(sorted(prefix_counts, reverse=True))
         self.groups = groups
-        #: derived values, built before publication (``warm``); a change carries over the
-        #: summaries of the groups it did not touch
-        self.summaries: dict[_GroupKey, GroupSummary] = summaries if summaries is not None else {}
-
-    def warm(self, keys: Iterable[_GroupKey] | None = None) -> "_Section":
-        """Build the by-resource-type summaries now (of ``keys``, or of every group), so that
-        ``authorize_by_resource_type`` never pays for them on a request.  Called before the
-        section is published, i.e. on the ACL-change path, not the request path."""
-        for key in self.groups if keys is None else keys:
-            self.summary(key)
-        return self
+        #: derived values, built before publication: every group's KIP-679 summary, so
+        #: ``authorize_by_resource_type`` never pays for them on a request
+        self.summaries = summaries
 
     def summary(self, key: _GroupKey) -> GroupSummary | None:
-        found = self.summaries.get(key)
-        if found is None:
-            acls = self.groups.get(key)
-            if acls is None:
-                return None
-            found = self.summaries[key] = GroupSummary(acls)
-        return found
+        return self.summaries.get(key)
 
     def buckets_for(self, name: str) -> Iterator[Bucket]:
         """Buckets whose pattern covers ``name``, in Kafka's walk order: the
         exact literal, then prefixes longest first.  (The ``*`` bucket is not
         included: the authorizer visits it last, and only if no DENY matched.)"""
-        bucket = self.literal.get(name)
+        bucket = self.literal.shards[hash(name) & MASK].get(name)
         if bucket is not None:
             yield bucket
-        prefixed = self.prefixed
+        shards = self.prefixed.shards
         n = len(name)
         for k in self.prefix_lengths:
             if k <= n:
-                bucket = prefixed.get(name[:k])
+                prefix = name[:k]
+                bucket = shards[hash(prefix) & MASK].get(prefix)
                 if bucket is not None:
                     yield bucket
 
@@ -245,7 +241,7 @@ class AclIndex:
 
     __slots__ = ("_by_id", "_sections")
 
-    def __init__(self, by_id: dict[uuid.UUID, StandardAcl], sections: dict[ResourceType, _Section]) -> None:
+    def __init__(self, by_id: ShardedMap, sections: dict[ResourceType, _Section]) -> None:
         self._by_id = by_id
         self._sections = sections
 
@@ -253,7 +249,7 @@ class AclIndex:
 
     @classmethod
     def empty(cls) -> "AclIndex":
-        return cls({}, {})
+        return cls(ShardedMap.empty(), {})
 
     @classmethod
     def build(cls, acls: Mapping[uuid.UUID, StandardAcl]) -> "AclIndex":
@@ -263,7 +259,7 @@ class AclIndex:
         for acl in by_id.values():
             by_type.setdefault(acl.resource_type, []).append(acl)
         sections = {rt: _build_section(items) for rt, items in by_type.items()}
-        return cls(by_id, sections)
+        return cls(ShardedMap.of(by_id), sections)
 
     @classmethod
     def from_bindings(cls, bindings: Mapping[uuid.UUID, AclBinding]) -> "AclIndex":
@@ -307,10 +303,7 @@ class AclIndex:
             new_entries[acl_id] = acl
         if not adds and not drops:
             return self
-        new_by_id = dict(by_id)
-        for acl_id in removed_ids:
-            new_by_id.pop(acl_id, None)
-        new_by_id.update(new_entries)
+        new_by_id = by_id.updated(new_entries, removed_ids)
         sections = dict(self._sections)
         touched = {a.resource_type for a in adds} | {a.resource_type for a in drops}
         for rt in touched:
@@ -319,7 +312,7 @@ class AclIndex:
                 [a for a in adds if a.resource_type is rt],
                 [a for a in drops if a.resource_type is rt],
             )
-            if not sections[rt].groups:
+            if not len(sections[rt].groups):
                 del sections[rt]
         return AclIndex(new_by_id, sections)
 
@@ -443,43 +436,51 @@ def _build_section(acls: list[StandardAcl]) -> _Section:
             groups[key] = [acl]
         else:
             g.append(acl)
+    prefix_counts: dict[int, int] = {}
+    for name in prefixed:
+        prefix_counts[len(name)] = prefix_counts.get(len(name), 0) + 1
     return _Section(
-        {n: {p: tuple(v) for p, v in b.items()} for n, b in literal.items()},
-        {n: {p: tuple(v) for p, v in b.items()} for n, b in prefixed.items()},
-        {k: tuple(v) for k, v in groups.items()},
-    ).warm()
+        ShardedMap.of((n, {p: tuple(v) for p, v in b.items()}) for n, b in literal.items()),
+        ShardedMap.of((n, {p: tuple(v) for p, v in b.items()}) for n, b in prefixed.items()),
+        prefix_counts,
+        ShardedMap.of((k, len(v)) for k, v in groups.items()),
+        ShardedMap.of((k, GroupSummary(v)) for k, v in groups.items()),
+    )
 
 
 def _changed_section(old: _Section | None, adds: list[StandardAcl], drops: list[StandardAcl]) -> _Section:
-    """Copy-on-write: copy the section's top-level dicts and only the buckets
-    and groups the change touches; everything else is shared with ``old``."""
-    literal = dict(old.literal) if old is not None else {}
-    prefixed = dict(old.prefixed) if old is not None else {}
-    groups = dict(old.groups) if old is not None else {}
+    """Copy-on-write: only the buckets and groups the change touches are rebuilt, and only the
+    shards holding them are copied; everything else is shared with ``old``."""
+    literal = old.literal if old is not None else ShardedMap.empty()
+    prefixed = old.prefixed if old is not None else ShardedMap.empty()
+    groups = old.groups if old is not None else ShardedMap.empty()
+    summaries = old.summaries if old is not None else ShardedMap.empty()
+    prefix_counts = dict(old.prefix_counts) if old is not None else {}
 
     # Gather the change per bucket and per group first, so a large batch
     # costs one copy per touched bucket/group, not one per ACL.
     bucket_changes: dict[tuple[PatternType, str], tuple[list[StandardAcl], set[int]]] = {}
-    group_changes: dict[_GroupKey, tuple[list[StandardAcl], set[int]]] = {}
+    group_changes: dict[_GroupKey, tuple[list[StandardAcl], list[StandardAcl]]] = {}
     for acl, is_add in [(a, False) for a in drops] + [(a, True) for a in adds]:
-        for changes, key in (
-            (bucket_changes, (acl.pattern_type, acl.resource_name)),
-            (group_changes, _group_key(acl)),
-        ):
-            entry = changes.get(key)  # type: ignore[attr-defined]
-            if entry is None:
-                entry = changes[key] = ([], set())  # type: ignore[index]
-            if is_add:
-                entry[0].append(acl)
-            else:
-                entry[1].add(id(acl))
+        entry = bucket_changes.get((acl.pattern_type, acl.resource_name))
+        if entry is None:
+            entry = bucket_changes[(acl.pattern_type, acl.resource_name)] = ([], set())
+        if is_add:
+            entry[0].append(acl)
+        else:
+            entry[1].add(id(acl))
+        group = group_changes.setdefault(_group_key(acl), ([], []))
+        (group[0] if is_add else group[1]).append(acl)
 
+    table_sets: dict[PatternType, dict[str, Bucket]] = {_LITERAL: {}, _PREFIXED: {}}
+    table_removes: dict[PatternType, list[str]] = {_LITERAL: [], _PREFIXED: []}
     for (pattern_type, name), (to_add, to_drop) in bucket_changes.items():
         table = literal if pattern_type is _LITERAL else prefixed
         per_key: dict[tuple[str, str], list[StandardAcl]] = {}
         for acl in to_add:
             per_key.setdefault(acl.bucket_key, []).append(acl)
-        bucket = dict(table.get(name, {}))
+        before = table.get(name)
+        bucket = dict(before or {})
         touched_keys = set(per_key) | {k for k, acls in bucket.items() if any(id(x) in to_drop for x in acls)}
         for key in touched_keys:
             kept = [a for a in bucket.get(key, ()) if id(a) not in to_drop]
@@ -489,21 +490,37 @@ def _changed_section(old: _Section | None, adds: list[StandardAcl], drops: list[
             else:
                 bucket.pop(key, None)
         if bucket:
-            table[name] = bucket
-        else:
-            table.pop(name, None)
+            table_sets[pattern_type][name] = bucket
+        elif before is not None:
+            table_removes[pattern_type].append(name)
+        if pattern_type is _PREFIXED and bool(bucket) != (before is not None):
+            count = prefix_counts.get(len(name), 0) + (1 if bucket else -1)
+            if count:
+                prefix_counts[len(name)] = count
+            else:
+                prefix_counts.pop(len(name), None)
 
+    # groups: (principal, host, operation) -> number of ACLs; each group's KIP-679 summary is
+    # changed by what this change did to that group, the others are shared as they are.
+    group_sets: dict[_GroupKey, int] = {}
+    summary_sets: dict[_GroupKey, GroupSummary] = {}
+    group_removes: list[_GroupKey] = []
     for key, (to_add, to_drop) in group_changes.items():
-        kept = [a for a in groups.get(key, ()) if id(a) not in to_drop] if to_drop else list(groups.get(key, ()))
-        kept.extend(to_add)
-        if kept:
-            groups[key] = tuple(kept)
-        else:
-            groups.pop(key, None)
-    # A group's summary depends only on that group's ACLs: keep the ones this change left alone,
-    # so authorize_by_resource_type stays warm across ACL changes.
-    summaries = {k: v for k, v in old.summaries.items() if k not in group_changes} if old is not None else {}
-    return _Section(literal, prefixed, groups, summaries).warm(k for k in group_changes if k in groups)
+        count = groups.get(key, 0) + len(to_add) - len(to_drop)
+        summary = summaries.get(key)
+        summary = GroupSummary(to_add) if summary is None else summary.changed(to_add, to_drop)
+        if count > 0 and summary is not None:
+            group_sets[key] = count
+            summary_sets[key] = summary
+        elif key in groups:
+            group_removes.append(key)
+    return _Section(
+        literal.updated(table_sets[_LITERAL], table_removes[_LITERAL]),
+        prefixed.updated(table_sets[_PREFIXED], table_removes[_PREFIXED]),
+        prefix_counts,
+        groups.updated(group_sets, group_removes),
+        summaries.updated(summary_sets, group_removes),
+    )
 
 
 def _candidates_in(section: _Section, name: str | None, pattern_type: PatternType) -> Iterator[StandardAcl]:

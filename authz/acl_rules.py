@@ -186,7 +186,7 @@ def _decide(data: "_Data", principal_key: str, host: str, action: Action) -> Mat
         has_acls = False
         allow: StandardAcl | None = None
         buckets = list(section.buckets_for(pattern.name))
-        wildcard = section.literal.get(WILDCARD_RESOURCE)
+        wildcard = section.wildcard
         if wildcard is not None and pattern.name != WILDCARD_RESOURCE:
             buckets.append(wildcard)  # visited last (step 7)
         for bucket in buckets:

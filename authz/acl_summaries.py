@@ -13,14 +13,22 @@ from .acl import (
     WILDCARD_RESOURCE,
 )
 from authz.acl import PatternType
+from authz.sharded_map import ShardedMap
 
 class GroupSummary:
     """What one ``(principal, host, operation)`` group of a resource type says
-    for KIP-679, precomputed once per index.
+    for KIP-679, precomputed when the index is built and kept up to date by
+    :meth:`changed` as ACLs come and go.
 
     ``survivor_literals`` / ``survivor_prefixes`` (sorted) are the ALLOW names
     not already cancelled by this group's own DENYs; a DENY from another group
     can still cancel them at query time.
+
+    A change costs the names it touches (and, for a DENY prefix, the ALLOW names
+    under it), plus C-level copies of the sorted tuples; never a walk of the group
+    (a principal may hold 100,000 ACLs of one operation: 146 ms per change when the
+    summary was rebuilt, issue 17).  ``counts`` (a ``ShardedMap`` of
+    ``(literal, deny, name) -> number of ACLs``) keeps the multiset exact.
     """
 
     __slots__ = (
@@ -31,35 +39,156 @@ class GroupSummary:
         "deny_prefix_lengths",
         "survivor_literals",
         "survivor_prefixes",
+        "allow_literals",
+        "allow_prefixes",
+        "counts",
     )
 
     def __init__(self, acls: Iterable[Any]) -> None:  # acls: authz.acl_index.StandardAcl
+        counts: dict[tuple[bool, bool, str], int] = {}
         allow_lit: set[str] = set()
         allow_pre: set[str] = set()
         deny_lit: set[str] = set()
         deny_pre: set[str] = set()
-        self.wildcard_allow = False
-        self.wildcard_deny = False
+        self.wildcard_allow = self.wildcard_deny = False
+        literal_type = PatternType.LITERAL
         for acl in acls:
-            literal = acl.pattern_type is PatternType.LITERAL
-            if literal and acl.resource_name == WILDCARD_RESOURCE:
-                if acl.is_deny:
+            literal, deny, name = acl.pattern_type is literal_type, acl.is_deny, acl.resource_name
+            key = (literal, deny, name)
+            counts[key] = counts.get(key, 0) + 1
+            if literal and name == WILDCARD_RESOURCE:
+                if deny:
                     self.wildcard_deny = True
                 else:
                     self.wildcard_allow = True
-            elif acl.is_deny:
-                (deny_lit if literal else deny_pre).add(acl.resource_name)
+            elif deny:
+                (deny_lit if literal else deny_pre).add(name)
             else:
-                (allow_lit if literal else allow_pre).add(acl.resource_name)
+                (allow_lit if literal else allow_pre).add(name)
+        self.counts = ShardedMap.of(counts)
         self.deny_literals = frozenset(deny_lit)
         self.deny_prefixes = frozenset(deny_pre)
-        self.deny_prefix_lengths = tuple(sorted({len(p) for p in deny_pre}))
-        self.survivor_literals = tuple(
-            sorted(n for n in allow_lit if n not in deny_lit and not _has_prefix_in(n, deny_pre, self.deny_prefix_lengths))
-        )
-        self.survivor_prefixes = tuple(
-            sorted(n for n in allow_pre if not _has_prefix_in(n, deny_pre, self.deny_prefix_lengths))
-        )
+        lengths = self.deny_prefix_lengths = tuple(sorted({len(p) for p in deny_pre}))
+        self.allow_literals = tuple(sorted(allow_lit))
+        self.allow_prefixes = tuple(sorted(allow_pre))
+        if deny_pre:
+            self.survivor_literals = tuple(n for n in self.allow_literals
+                                           if n not in deny_lit and not _has_prefix_in(n, deny_pre, lengths))
+            self.survivor_prefixes = tuple(n for n in self.allow_prefixes if not _has_prefix_in(n, deny_pre, lengths))
+        else:
+            self.survivor_literals = tuple(n for n in self.allow_literals if n not in deny_lit)
+            self.survivor_prefixes = self.allow_prefixes
+
+    def _literal_survives(self, name: str) -> bool:
+        return name not in self.deny_literals and not _has_prefix_in(name, self.deny_prefixes, self.deny_prefix_lengths)
+
+    def _prefix_survives(self, name: str) -> bool:
+        return not _has_prefix_in(name, self.deny_prefixes, self.deny_prefix_lengths)
+
+    def changed(self, adds: Iterable[Any], drops: Iterable[Any]) -> "GroupSummary | None":
+        """The summary of this group with ``drops`` taken out and ``adds`` put in (ACLs of this
+        group); None when no ACL is left."""
+        delta: dict[tuple[bool, bool, str], int] = {}
+        for acl, step in [(a, -1) for a in drops] + [(a, 1) for a in adds]:
+            key = (acl.pattern_type is PatternType.LITERAL, acl.is_deny, acl.resource_name)
+            delta[key] = delta.get(key, 0) + step
+        counts = self.counts
+        sets: dict[tuple[bool, bool, str], int] = {}
+        removes: list[tuple[bool, bool, str]] = []
+        appeared: list[tuple[bool, bool, str]] = []
+        vanished: list[tuple[bool, bool, str]] = []
+        for key, step in delta.items():
+            if not step:
+                continue
+            before = counts.get(key, 0)
+            after = before + step
+            if after > 0:
+                sets[key] = after
+                if before == 0:
+                    appeared.append(key)
+            else:
+                removes.append(key)
+                if before > 0:
+                    vanished.append(key)
+        new_counts = counts.updated(sets, removes)
+        if not len(new_counts):
+            return None
+        out = GroupSummary.__new__(GroupSummary)
+        out.counts = new_counts
+        out.wildcard_allow, out.wildcard_deny = self.wildcard_allow, self.wildcard_deny
+        out.deny_literals, out.deny_prefixes = self.deny_literals, self.deny_prefixes
+        out.deny_prefix_lengths = self.deny_prefix_lengths
+        allow_lit, allow_pre = self.allow_literals, self.allow_prefixes
+        deny_lit_changes: dict[str, bool] = {}
+        deny_pre_changes: dict[str, bool] = {}
+        allow_lit_changes: dict[str, bool] = {}
+        allow_pre_changes: dict[str, bool] = {}
+        for (literal, deny, name), present in [(k, True) for k in appeared] + [(k, False) for k in vanished]:
+            if literal and name == WILDCARD_RESOURCE:
+                if deny:
+                    out.wildcard_deny = present
+                else:
+                    out.wildcard_allow = present
+            elif deny:
+                (deny_lit_changes if literal else deny_pre_changes)[name] = present
+            else:
+                (allow_lit_changes if literal else allow_pre_changes)[name] = present
+        if deny_lit_changes:
+            out.deny_literals = frozenset(
+                (self.deny_literals - {n for n, p in deny_lit_changes.items() if not p})
+                | {n for n, p in deny_lit_changes.items() if p})
+        if deny_pre_changes:
+            out.deny_prefixes = frozenset(
+                (self.deny_prefixes - {n for n, p in deny_pre_changes.items() if not p})
+                | {n for n, p in deny_pre_changes.items() if p})
+            out.deny_prefix_lengths = tuple(sorted({len(p) for p in out.deny_prefixes}))
+        out.allow_literals = _with_changes(allow_lit, allow_lit_changes)
+        out.allow_prefixes = _with_changes(allow_pre, allow_pre_changes)
+        # The names whose survival may have changed: those added or removed, and the ALLOW
+        # names under a DENY prefix that came or went.
+        lit_affected = set(allow_lit_changes) | set(deny_lit_changes)
+        pre_affected = set(allow_pre_changes)
+        for prefix in deny_pre_changes:
+            lit_affected.update(_under(out.allow_literals, prefix))
+            pre_affected.update(_under(out.allow_prefixes, prefix))
+        out.survivor_literals = _fix(self.survivor_literals, lit_affected,
+                                     lambda n: _contains(out.allow_literals, n) and out._literal_survives(n))
+        out.survivor_prefixes = _fix(self.survivor_prefixes, pre_affected,
+                                     lambda n: _contains(out.allow_prefixes, n) and out._prefix_survives(n))
+        return out
+
+
+def _contains(names: tuple[str, ...], name: str) -> bool:
+    i = bisect.bisect_left(names, name)
+    return i < len(names) and names[i] == name
+
+
+def _with_changes(names: tuple[str, ...], changes: dict[str, bool]) -> tuple[str, ...]:
+    """``names`` (sorted, unique) with each name of ``changes`` put in (True) or taken out."""
+    if not changes:
+        return names
+    out = list(names)  # a C-level copy; the edits below are bisections and memmoves
+    for name, present in changes.items():
+        i = bisect.bisect_left(out, name)
+        there = i < len(out) and out[i] == name
+        if present and not there:
+            out.insert(i, name)
+        elif not present and there:
+            del out[i]
+    return tuple(out)
+
+
+def _under(names: tuple[str, ...], prefix: str) -> tuple[str, ...]:
+    """The names of sorted ``names`` that start with ``prefix`` (a contiguous run)."""
+    lo = bisect.bisect_left(names, prefix)
+    upper = _prefix_upper_bound(prefix)
+    hi = len(names) if upper is None else bisect.bisect_left(names, upper, lo)
+    return names[lo:hi]
+
+
+def _fix(survivors: tuple[str, ...], affected: set[str], survives) -> tuple[str, ...]:
+    """``survivors`` with each affected name present exactly when ``survives(name)``."""
+    return _with_changes(survivors, {n: survives(n) for n in affected}) if affected else survivors
 
 
 def _has_prefix_in(name: str, prefixes: frozenset[str] | set[str], lengths: tuple[int, ...]) -> bool:

@@ -213,12 +213,47 @@ def bench_snapshot_load(count: int = 100_000) -> float:
     return min(times)
 
 
+def bench_one_change(count: int, one_principal: bool, changes: int = 200) -> dict:
+    """One-ACL apply_changes (what a CreateAcls or DeleteAcls of one ACL costs the authorizer)
+    at ``count`` ACLs: all of one principal (one KIP-679 group of ``count`` ACLs) or spread
+    over 5,000 principals.  Median and p99 over ``changes`` creates then as many deletes."""
+    def binding(i: int) -> AclBinding:
+        principal = "User:alice" if one_principal else f"User:u{i % 5000}"
+        return AclBinding(ResourcePattern(RT.TOPIC, f"topic-{i}", PT.PREFIXED if i % 7 == 0 else PT.LITERAL),
+                          AccessControlEntry(principal, "*", Op.READ, Perm.DENY if i % 11 == 0 else Perm.ALLOW))
+
+    rng = random.Random(5)
+    a, _ = make_authorizer({uuid.UUID(int=rng.getrandbits(128)): binding(i) for i in range(count)}, 0)
+    created, create_s, delete_s = [], [], []
+    for j in range(changes):
+        acl_id = uuid.UUID(int=rng.getrandbits(128))
+        t = time.perf_counter()
+        a.apply_changes({acl_id: binding(count + j)}, [])
+        create_s.append(time.perf_counter() - t)
+        created.append(acl_id)
+    for acl_id in created:
+        t = time.perf_counter()
+        a.apply_changes({}, [acl_id])
+        delete_s.append(time.perf_counter() - t)
+
+    def stats(xs: list[float]) -> tuple[float, float]:
+        xs = sorted(xs)
+        return xs[len(xs) // 2] * 1000, xs[int(len(xs) * 0.99)] * 1000
+
+    return {"create": stats(create_s), "delete": stats(delete_s)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000, 200_000])
     parser.add_argument("--acls", type=int, default=10, help="ALLOW ACLs per resource (Kafka's aclCount)")
     parser.add_argument("--deny", type=float, default=99.0, help="percentage of ALLOWs with a DENY copy")
+    parser.add_argument("--changes-only", action="store_true", help="only (d), the cost of one ACL change")
     args = parser.parse_args()
+    if args.changes_only:
+        logging.getLogger("kgw.authorizer").setLevel(logging.WARNING)
+        print_changes()
+        return
     logging.getLogger("kgw.authorizer").setLevel(logging.WARNING)
     logging.getLogger("authz").setLevel(logging.WARNING)
 
@@ -247,6 +282,18 @@ def main() -> None:
 
     print("\n(c) load_snapshot of 100,000 ACLs (best of 3)")
     print(f"{bench_snapshot_load():.2f} s")
+    print_changes()
+
+
+def print_changes() -> None:
+    print("\n(d) one-ACL change (apply_changes), ms: median / p99 of 200 creates, then of 200 deletes")
+    print(f"{'ACLs':>8} {'shape':>22} {'create':>16} {'delete':>16}")
+    for count in (0, 20_000, 100_000):
+        for one in (False, True):
+            r = bench_one_change(count, one)
+            shape = "one principal" if one else "5,000 principals"
+            print(f"{count:>8,} {shape:>22} {r['create'][0]:>7.3f} / {r['create'][1]:>6.3f} "
+                  f"{r['delete'][0]:>7.3f} / {r['delete'][1]:>6.3f}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,79 @@
+"""An ACL change costs the change, not the index (#17 item 5): the index's maps share every shard
+a change does not touch, and a group's KIP-679 summary changed incrementally equals one built
+from scratch, whatever the sequence of ACLs added and removed."""
+
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from authz.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from authz.acl_index import AclIndex, StandardAcl
+from authz.acl_summaries import GroupSummary
+from authz.sharded_map import ShardedMap
+
+_FIELDS = ("wildcard_allow", "wildcard_deny", "deny_literals", "deny_prefixes", "deny_prefix_lengths",
+           "survivor_literals", "survivor_prefixes", "allow_literals", "allow_prefixes")
+
+
+def _acl(name: str, prefixed: bool, deny: bool, principal: str = "User:alice") -> StandardAcl:
+    return StandardAcl.from_binding(AclBinding(
+        ResourcePattern(ResourceType.TOPIC, name, PatternType.PREFIXED if prefixed else PatternType.LITERAL),
+        AccessControlEntry(principal, "*", AclOperation.READ,
+                           AclPermissionType.DENY if deny else AclPermissionType.ALLOW)))
+
+
+def _state(summary: GroupSummary | None) -> dict | None:
+    return None if summary is None else {f: getattr(summary, f) for f in _FIELDS}
+
+
+acl_strategy = st.builds(_acl, st.sampled_from(["*", "a", "ab", "abc", "b", "ba", "bb", "\U0010ffff", "a\U0010ffff"]),
+                         st.booleans(), st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), acl_strategy, st.integers(0, 40)), max_size=40))
+def test_a_changed_summary_equals_a_fresh_one(steps):
+    current: list[StandardAcl] = []
+    summary: GroupSummary | None = None
+    for is_add, acl, pick in steps:
+        if is_add or not current:
+            current.append(acl)
+            summary = GroupSummary([acl]) if summary is None else summary.changed([acl], [])
+        else:
+            dropped = current.pop(pick % len(current))  # duplicates included: the multiset counts
+            summary = summary.changed([], [dropped]) if summary is not None else None
+        assert _state(summary) == _state(GroupSummary(current) if current else None), [str(a) for a in current]
+
+
+def test_a_change_copies_only_the_shards_it_touches():
+    index = AclIndex.build({uuid.uuid4(): _acl(f"topic-{i}", i % 7 == 0, i % 11 == 0, f"User:u{i % 50}")
+                            for i in range(20_000)})
+    changed = index.with_changes({uuid.uuid4(): _acl("new-topic", False, False, "User:u3")}, ())
+    old, new = index.section(ResourceType.TOPIC), changed.section(ResourceType.TOPIC)
+    for name in ("literal", "prefixed", "groups", "summaries"):
+        copied = sum(a is not b for a, b in zip(getattr(old, name).shards, getattr(new, name).shards))
+        assert copied <= 1, f"{name}: {copied} shards copied for one ACL"
+    copied = sum(a is not b for a, b in zip(index._by_id.shards, changed._by_id.shards))
+    assert copied == 1
+    assert len(changed) == len(index) + 1
+
+
+def test_sharded_map_updates_share_and_count():
+    m = ShardedMap.of({f"k{i}": i for i in range(1000)})
+    assert len(m) == 1000 and m.get("k5") == 5 and "k999" in m and m.get("nope") is None
+    n = m.updated({"k5": 50, "new": 1}, ["k6", "absent"])
+    assert (len(n), n["k5"], n.get("k6"), n["new"]) == (1000, 50, None, 1)
+    assert (m["k5"], m["k6"], "new" in m) == (5, 6, False)  # the old map is unchanged
+    assert m.updated({}, ["absent"]) is m
+    assert sorted(n.items()) == sorted({**{f"k{i}": i for i in range(1000) if i != 6}, "k5": 50, "new": 1}.items())
