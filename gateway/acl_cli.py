@@ -9,6 +9,8 @@ durable when the command returns.
 
 from __future__ import annotations
 
+import argparse
+
 import sys
 
 import trio
@@ -144,24 +146,54 @@ def cmd_acls(args) -> int:
         return 2
 
 
+_EXAMPLE_NAMES = {"topic": "orders", "group": "billing-app", "transactional_id": "billing-tx",
+                  "delegation_token": "token-1", "user": "User:alice"}
+
+_EXAMPLES = """examples:
+  kgw acls add --config kgw.yaml --principal User:alice --operation READ --topic orders
+  kgw acls add --config kgw.yaml --principal User:etl --operation WRITE --topic logs- --prefixed
+  kgw acls add --config kgw.yaml --principal User:* --operation DESCRIBE --topic '*'
+  kgw acls add --data-dir ./kgw-data --principal User:mallory --host 10.0.0.9 --operation ALL --topic payments --deny
+  kgw acls add --config kgw.yaml --principal User:admin --operation ALTER --cluster
+  kgw acls list --config kgw.yaml                                    every ACL
+  kgw acls list --config kgw.yaml --principal User:alice --topic orders
+  kgw acls remove --config kgw.yaml --principal User:alice --topic orders   (every operation; --operation narrows)
+  kgw acls dump --data-dir ./kgw-data                                 /acl/id/<uuid> -> JSON, as Kafka's metadata shell
+"""
+
+
 def register(sub) -> None:
     p = sub.add_parser("acls", help="list, add or remove ACLs offline; dump the metadata log",
                        description="Operate on kgw's metadata log directly: 'list' and 'dump' at any time; with the directory "
                        "backend 'add' and 'remove' only while the gateway is stopped (its lock says so). "
-                       "'dump' prints the KIP-801 metadata-shell view (/acl/id/<uuid> -> JSON).")
-    p.add_argument("action", choices=["list", "add", "remove", "dump"])
+                       "'dump' prints the KIP-801 metadata-shell view (/acl/id/<uuid> -> JSON).",
+                       epilog=_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("action", choices=["list", "add", "remove", "dump"],
+                   help="list (filter with the options below), add one ACL, remove the matching ones, dump all")
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--config", help="gateway YAML (its metadata section: the directory or the Kafka topic)")
-    where.add_argument("--data-dir", help="the metadata log directory")
-    p.add_argument("--principal", help="e.g. User:alice (filters: exact text)")
-    p.add_argument("--host", default="*", help="host (default *)")
-    p.add_argument("--exact-host", action="store_true", help="with list/remove: match host '*' literally")
-    p.add_argument("--operation", help="READ, WRITE, DESCRIBE, ALL, ...")
-    p.add_argument("--deny", action="store_true", help="a DENY ACL (default ALLOW)")
-    p.add_argument("--prefixed", action="store_true", help="PREFIXED resource pattern (default LITERAL)")
+    where.add_argument("--config", metavar="FILE",
+                       help="gateway YAML: its metadata section says where the log is (directory or Kafka topic); "
+                       "e.g. --config /etc/kgw/kgw.yaml")
+    where.add_argument("--data-dir", metavar="DIR", help="the metadata log directory, e.g. --data-dir /var/lib/kgw/metadata")
+    p.add_argument("--principal", metavar="TYPE:NAME",
+                   help="e.g. --principal User:alice, or User:* for every user (list/remove: exact text)")
+    p.add_argument("--host", default="*", metavar="HOST",
+                   help="client host the ACL applies to, e.g. --host 10.0.0.9 (default *: any host)")
+    p.add_argument("--exact-host", action="store_true",
+                   help="list/remove: match --host '*' literally instead of as 'any host'")
+    p.add_argument("--operation", metavar="OP",
+                   help="READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, "
+                   "ALTER_CONFIGS, IDEMPOTENT_WRITE, ALL (add: required; not ANY)")
+    p.add_argument("--deny", action="store_true", help="a DENY ACL (default ALLOW), e.g. --deny --operation ALL")
+    p.add_argument("--prefixed", action="store_true",
+                   help="PREFIXED pattern: --topic logs- --prefixed covers every topic starting with logs- "
+                   "(default LITERAL; '*' is the wildcard)")
     for kind in _RESOURCES:
         if kind == "cluster":
-            p.add_argument("--cluster", action="store_const", const="kafka-cluster", help="the CLUSTER resource")
+            p.add_argument("--cluster", action="store_const", const="kafka-cluster",
+                           help="the CLUSTER resource (e.g. ALTER for ACL and config changes)")
         else:
-            p.add_argument(f"--{kind.replace('_', '-')}", dest=kind, metavar="NAME")
+            flag = kind.replace("_", "-")
+            p.add_argument(f"--{flag}", dest=kind, metavar="NAME",
+                           help=f"the {kind.replace('_', ' ')} resource, e.g. --{flag} {_EXAMPLE_NAMES.get(kind, 'name')}")
     p.set_defaults(func=cmd_acls)

@@ -99,6 +99,10 @@ async def _serve(config, on_started=None, *, reuse_port: bool = False) -> None:
         # processed (docs/benchmarks.md, "Hostile clients"), at no measured cost otherwise.
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         _say("ready")
+        not_ready = [name for name, state in gateway.readiness().items() if state is not True]
+        if not_ready:  # accepting, but /readyz says 503 until these are
+            log.warning("listeners accept, but /readyz answers 503 until %s %s ready (GET /readyz for why)",
+                        ", ".join(not_ready), "is" if len(not_ready) == 1 else "are")
 
 
 #: sys.setswitchinterval once serving (see _serve)

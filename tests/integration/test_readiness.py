@@ -48,3 +48,25 @@ def test_listener_opens_only_after_authorizer_is_ready(tansu, tmp_path):
         proc.wait_for_line(r"^ready\s*$", 30)
         assert _connect(address)
         assert _readyz(config["admin"]) == 200
+
+
+def test_an_unreachable_upstream_is_not_ready_and_says_so(tmp_path):
+    """#15 item 1: with nothing at the upstream address kgw accepts (it prints `ready`, the
+    harness' and scripts' contract) but /readyz is 503 naming the upstream, and the log says so
+    at WARNING right after `ready`."""
+    from tests.support.ports import free_port
+
+    config = base_gateway_config(f"127.0.0.1:{free_port()}", tmp_path / "metadata")  # nothing listens there
+    config["upstream"]["connect_timeout_ms"] = 1000
+    path = write_config(tmp_path / "kgw.yaml", config)
+    with ManagedProcess("kgw-no-upstream", gateway_argv(path), log_dir=tmp_path, env=gateway_env(),
+                        cwd=tmp_path).start() as proc:
+        proc.wait_for_line(r"^ready\s*$", 30)
+        admin = config["admin"]
+        try:
+            urllib.request.urlopen(f"http://{admin['host']}:{admin['port']}/readyz", timeout=5)
+            raise AssertionError("/readyz answered 200 with the upstream unreachable")
+        except urllib.error.HTTPError as e:
+            assert e.code == 503
+            assert "upstream not ready" in e.read().decode()
+    assert "listeners accept, but /readyz answers 503 until upstream is ready" in proc.stderr_path.read_text()

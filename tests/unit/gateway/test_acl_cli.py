@@ -98,3 +98,29 @@ def test_add_does_not_offer_any(tmp_path, capsys):
             "--topic", "t")
     assert "not a concrete AclOperation 'any'" in str(refused.value) and "ANY" not in str(refused.value).split(";")[1]
     assert not (tmp_path / "m").exists()
+
+
+def test_every_example_in_the_help_runs_as_written(tmp_path, capsys):
+    """`kgw acls --help` ends with examples (#15 item 4): each runs, on a log of the test's own,
+    and what the add lines created is what list shows, until the remove line takes alice's."""
+    import re
+    import shlex
+
+    from gateway.acl_cli import _EXAMPLES
+
+    lines = [re.split(r"\s{3,}", line.strip())[0] for line in _EXAMPLES.splitlines() if line.startswith("  kgw acls")]
+    assert len(lines) >= 8
+    data_dir = str(tmp_path / "log")
+    for line in lines:
+        argv = shlex.split(line)[1:]
+        for flag in ("--config", "--data-dir"):
+            if flag in argv:
+                i = argv.index(flag)
+                argv[i:i + 2] = ["--data-dir", data_dir]
+        assert main(argv) == 0, (line, capsys.readouterr())
+    capsys.readouterr()
+    assert main(["acls", "list", "--data-dir", data_dir]) == 0
+    listed = capsys.readouterr().out
+    for expected in ("User:etl", "logs-", "PREFIXED", "User:*", "User:mallory", "10.0.0.9", "DENY", "User:admin"):
+        assert expected in listed, (expected, listed)
+    assert "User:alice" not in listed  # the remove example took it out
