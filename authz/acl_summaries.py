@@ -50,21 +50,18 @@ class GroupSummary:
         allow_pre: set[str] = set()
         deny_lit: set[str] = set()
         deny_pre: set[str] = set()
-        self.wildcard_allow = self.wildcard_deny = False
+        names = {_ALLOW_LIT: allow_lit, _ALLOW_PRE: allow_pre, _DENY_LIT: deny_lit, _DENY_PRE: deny_pre}
+        wildcards = {_WILDCARD_ALLOW: False, _WILDCARD_DENY: False}
         literal_type = PatternType.LITERAL
         for acl in acls:
-            literal, deny, name = acl.pattern_type is literal_type, acl.is_deny, acl.resource_name
-            key = (literal, deny, name)
+            key = (acl.pattern_type is literal_type, acl.is_deny, acl.resource_name)
             counts[key] = counts.get(key, 0) + 1
-            if literal and name == WILDCARD_RESOURCE:
-                if deny:
-                    self.wildcard_deny = True
-                else:
-                    self.wildcard_allow = True
-            elif deny:
-                (deny_lit if literal else deny_pre).add(name)
+            kind = _kind(key)
+            if kind in wildcards:
+                wildcards[kind] = True
             else:
-                (allow_lit if literal else allow_pre).add(name)
+                names[kind].add(key[2])
+        self.wildcard_allow, self.wildcard_deny = wildcards[_WILDCARD_ALLOW], wildcards[_WILDCARD_DENY]
         self.counts = ShardedMap.of(counts)
         self.deny_literals = frozenset(deny_lit)
         self.deny_prefixes = frozenset(deny_pre)
@@ -119,20 +116,17 @@ class GroupSummary:
         out.deny_literals, out.deny_prefixes = self.deny_literals, self.deny_prefixes
         out.deny_prefix_lengths = self.deny_prefix_lengths
         allow_lit, allow_pre = self.allow_literals, self.allow_prefixes
-        deny_lit_changes: dict[str, bool] = {}
-        deny_pre_changes: dict[str, bool] = {}
-        allow_lit_changes: dict[str, bool] = {}
-        allow_pre_changes: dict[str, bool] = {}
-        for (literal, deny, name), present in [(k, True) for k in appeared] + [(k, False) for k in vanished]:
-            if literal and name == WILDCARD_RESOURCE:
-                if deny:
-                    out.wildcard_deny = present
-                else:
-                    out.wildcard_allow = present
-            elif deny:
-                (deny_lit_changes if literal else deny_pre_changes)[name] = present
+        changes: dict[str, dict[str, bool]] = {_ALLOW_LIT: {}, _ALLOW_PRE: {}, _DENY_LIT: {}, _DENY_PRE: {}}
+        for key, present in [(k, True) for k in appeared] + [(k, False) for k in vanished]:
+            kind = _kind(key)
+            if kind == _WILDCARD_ALLOW:
+                out.wildcard_allow = present
+            elif kind == _WILDCARD_DENY:
+                out.wildcard_deny = present
             else:
-                (allow_lit_changes if literal else allow_pre_changes)[name] = present
+                changes[kind][key[2]] = present
+        allow_lit_changes, allow_pre_changes = changes[_ALLOW_LIT], changes[_ALLOW_PRE]
+        deny_lit_changes, deny_pre_changes = changes[_DENY_LIT], changes[_DENY_PRE]
         if deny_lit_changes:
             out.deny_literals = frozenset(
                 (self.deny_literals - {n for n, p in deny_lit_changes.items() if not p})
@@ -156,6 +150,20 @@ class GroupSummary:
         out.survivor_prefixes = _fix(self.survivor_prefixes, pre_affected,
                                      lambda n: _contains(out.allow_prefixes, n) and out._prefix_survives(n))
         return out
+
+
+_WILDCARD_ALLOW, _WILDCARD_DENY = "wildcard_allow", "wildcard_deny"
+_ALLOW_LIT, _ALLOW_PRE, _DENY_LIT, _DENY_PRE = "allow_lit", "allow_pre", "deny_lit", "deny_pre"
+
+
+def _kind(key: tuple[bool, bool, str]) -> str:
+    """What an ACL ``(literal, deny, name)`` is to a summary."""
+    literal, deny, name = key
+    if literal and name == WILDCARD_RESOURCE:
+        return _WILDCARD_DENY if deny else _WILDCARD_ALLOW
+    if deny:
+        return _DENY_LIT if literal else _DENY_PRE
+    return _ALLOW_LIT if literal else _ALLOW_PRE
 
 
 def _contains(names: tuple[str, ...], name: str) -> bool:

@@ -49,16 +49,12 @@ import socket
 import struct
 import time
 
-from datetime import timedelta
 
 import trio
-from kio.schema.errors import ErrorCode
 
-from authz.principal import ANONYMOUS
 from protocol.apis.api_versions import client_software
 from protocol.apis.base import ApiSpec, Decision, RefuseRequest, RequestInfo
 from protocol.apis.registry import REGISTRY
-from protocol.codecs import CodecError, decode_request, encode, make, response_class
 from protocol.framing import NEED_DATA, FrameDecoder
 from protocol.headers import HeaderError, RequestHeader, parse_request_header
 from gateway.authentication import AuthenticationFailed
@@ -67,6 +63,7 @@ from gateway.fast_io import FastStream, fast_stream
 from gateway.sasl import SaslStateError
 from gateway.upstream import UpstreamUnavailable, open_upstream
 from gateway.connection_core import CloseConnection, ConnectionCore, SLOW, Slot, SASL_KEYS, next_request
+from gateway.connection_sasl import SaslSteps
 
 __all__ = ["ClientConnection", "CloseConnection", "SLOW"]
 
@@ -95,8 +92,6 @@ async def _receive(stream: trio.SocketStream, decoder: FrameDecoder) -> bytes | 
     return data
 
 
-
-
 def _trio_deadline(monotonic_deadline: float) -> float:
     """A ``time.monotonic()`` deadline on Trio's clock (slot deadlines use the former:
     the data-plane thread cannot read Trio's clock)."""
@@ -105,14 +100,7 @@ def _trio_deadline(monotonic_deadline: float) -> float:
     return trio.current_time() + (monotonic_deadline - time.monotonic())
 
 
-def _not_a_sasl_listener(header: RequestHeader):
-    """Kafka answers SASL requests on a non-SASL listener with ILLEGAL_SASL_STATE (34)."""
-    cls = response_class(header.api_key, header.api_version)
-    return make(cls, error_code=ErrorCode.illegal_sasl_state, error_message="SASL is not enabled on this listener",
-                mechanisms=(), auth_bytes=b"", session_lifetime=timedelta(0))
-
-
-class ClientConnection(ConnectionCore):
+class ClientConnection(SaslSteps, ConnectionCore):
     """The Trio driver of one client connection (see the module doc)."""
 
     def __init__(self, listener, stream: trio.SocketStream, peer: tuple[str, int], node_id: int | None):
@@ -235,9 +223,6 @@ class ClientConnection(ConnectionCore):
 
 
     # ----------------------------------------------------------- client side
-
-
-
 
 
     def begin_drain(self) -> None:
@@ -389,56 +374,6 @@ class ClientConnection(ConnectionCore):
             frame = self._rebuilt(body, header, decision.request)
         await self._forward(header, spec, info, frame, to_upstream, decision.merge, large)
 
-    async def _sasl(self, session, header: RequestHeader, spec: ApiSpec, body: memoryview) -> None:
-        """SaslHandshake / SaslAuthenticate: answered by kgw, never forwarded upstream."""
-        try:
-            request = decode_request(header.api_key, header.api_version, body, header.size)
-        except CodecError as e:
-            raise CloseConnection(f"malformed {spec.name} request: {e}", "decode") from None
-        if session is None:
-            response, close = _not_a_sasl_listener(header), False
-        elif session.mechanism == "PLAIN" or getattr(request, "mechanism", None) == "PLAIN":
-            # PLAIN verifies a stretched password hash: off the event loop, on at most
-            # limits.password_hash_threads threads at once
-            response, close = await trio.to_thread.run_sync(session.handle, header.api_key, header.api_version,
-                                                            request, limiter=self.gw.password_hash_limiter)
-        else:
-            response, close = session.handle(header.api_key, header.api_version, request)
-        if close:
-            await self._failed_authentication_delay()
-        await self._answer_locally(header, spec, encode(response))
-        if session is not None and session.authenticated and self.principal is ANONYMOUS:
-            self.principal = session.principal
-            self._authenticated_now()
-            log.info("authenticated as %s with %s", self.principal, session.mechanism, extra=self.log_fields(header))
-        if close:
-            raise CloseConnection(f"SASL authentication failed: {session.failure_reason}", "authentication")
-
-    async def _failed_authentication_delay(self) -> None:
-        """Kafka's connection.failed.authentication.delay.ms: the failure is answered (and the
-        connection closed) only after a delay, so a client cannot retry passwords at full
-        speed; the wait holds no thread."""
-        delay = self._limits.failed_authentication_delay_ms
-        if delay:
-            await trio.sleep(delay / 1000.0)
-
-    async def _raw_sasl_token(self, session, token: bytes) -> None:
-        """A bare SASL token after SaslHandshake v0; the reply is a bare frame."""
-        reply, close = await trio.to_thread.run_sync(session.handle_raw_token, token,
-                                                     limiter=self.gw.password_hash_limiter)
-        if reply is None or close:
-            await self._failed_authentication_delay()
-            raise CloseConnection(f"SASL authentication failed: {session.failure_reason}", "authentication")
-        slot = Slot(None, None)
-        slot.data = _I32.pack(len(reply)) + reply
-        self.pending.append(slot)
-        await self._flush()
-        if session.authenticated:
-            self.principal = session.principal
-            self._authenticated_now()
-
-
-
     async def _advertised(self):
         try:
             return await self.gw.advertised_versions()
@@ -545,8 +480,6 @@ class ClientConnection(ConnectionCore):
         slot, frame = self.heavy
         self.heavy = None
         await trio.to_thread.run_sync(self._complete, slot, frame, limiter=self.gw.heavy_work_limiter)
-
-
 
 
     # ------------------------------------------------------------- responses

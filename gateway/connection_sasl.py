@@ -1,0 +1,83 @@
+"""The SASL steps of a client connection on the Trio driver: SaslHandshake and SaslAuthenticate
+answered by kgw (never forwarded), the bare tokens of the v0 flow, and Kafka's delay before a
+failed login is answered.  A mixin of ``gateway.connection.ClientConnection``: it uses the
+connection core's queue (``pending``, ``_flush``, ``_answer_locally``) and its principal."""
+
+from __future__ import annotations
+
+import logging
+import struct
+from datetime import timedelta
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from authz.principal import ANONYMOUS
+from gateway.connection_core import CloseConnection, Slot
+from protocol.apis.base import ApiSpec
+from protocol.codecs import CodecError, decode_request, encode, make, response_class
+from protocol.headers import RequestHeader
+
+__all__ = ["SaslSteps"]
+
+log = logging.getLogger("kgw.connection")
+_I32 = struct.Struct(">i")
+
+
+def _not_a_sasl_listener(header: RequestHeader):
+    """Kafka answers SASL requests on a non-SASL listener with ILLEGAL_SASL_STATE (34)."""
+    cls = response_class(header.api_key, header.api_version)
+    return make(cls, error_code=ErrorCode.illegal_sasl_state, error_message="SASL is not enabled on this listener",
+                mechanisms=(), auth_bytes=b"", session_lifetime=timedelta(0))
+
+
+class SaslSteps:
+    """SASL handling for ``ClientConnection`` (see the module doc)."""
+
+    async def _sasl(self, session, header: RequestHeader, spec: ApiSpec, body: memoryview) -> None:
+        """SaslHandshake / SaslAuthenticate: answered by kgw, never forwarded upstream."""
+        try:
+            request = decode_request(header.api_key, header.api_version, body, header.size)
+        except CodecError as e:
+            raise CloseConnection(f"malformed {spec.name} request: {e}", "decode") from None
+        if session is None:
+            response, close = _not_a_sasl_listener(header), False
+        elif session.mechanism == "PLAIN" or getattr(request, "mechanism", None) == "PLAIN":
+            # PLAIN verifies a stretched password hash: off the event loop, on at most
+            # limits.password_hash_threads threads at once
+            response, close = await trio.to_thread.run_sync(session.handle, header.api_key, header.api_version,
+                                                            request, limiter=self.gw.password_hash_limiter)
+        else:
+            response, close = session.handle(header.api_key, header.api_version, request)
+        if close:
+            await self._failed_authentication_delay()
+        await self._answer_locally(header, spec, encode(response))
+        if session is not None and session.authenticated and self.principal is ANONYMOUS:
+            self.principal = session.principal
+            self._authenticated_now()
+            log.info("authenticated as %s with %s", self.principal, session.mechanism, extra=self.log_fields(header))
+        if close:
+            raise CloseConnection(f"SASL authentication failed: {session.failure_reason}", "authentication")
+
+    async def _failed_authentication_delay(self) -> None:
+        """Kafka's connection.failed.authentication.delay.ms: the failure is answered (and the
+        connection closed) only after a delay, so a client cannot retry passwords at full
+        speed; the wait holds no thread."""
+        delay = self._limits.failed_authentication_delay_ms
+        if delay:
+            await trio.sleep(delay / 1000.0)
+
+    async def _raw_sasl_token(self, session, token: bytes) -> None:
+        """A bare SASL token after SaslHandshake v0; the reply is a bare frame."""
+        reply, close = await trio.to_thread.run_sync(session.handle_raw_token, token,
+                                                     limiter=self.gw.password_hash_limiter)
+        if reply is None or close:
+            await self._failed_authentication_delay()
+            raise CloseConnection(f"SASL authentication failed: {session.failure_reason}", "authentication")
+        slot = Slot(None, None)
+        slot.data = _I32.pack(len(reply)) + reply
+        self.pending.append(slot)
+        await self._flush()
+        if session.authenticated:
+            self.principal = session.principal
+            self._authenticated_now()
