@@ -57,7 +57,7 @@ from .acl import (
 )
 from .principal import KafkaPrincipal, WILDCARD_PRINCIPAL_KEY, parse_principal
 from authz.acl_summaries import GroupSummary, _first_undominated
-from authz.sharded_map import MASK, ShardedMap
+from authz.sharded_map import ShardedMap
 
 _LITERAL = PatternType.LITERAL
 
@@ -223,15 +223,16 @@ class _Section:
         """Buckets whose pattern covers ``name``, in Kafka's walk order: the
         exact literal, then prefixes longest first.  (The ``*`` bucket is not
         included: the authorizer visits it last, and only if no DENY matched.)"""
-        bucket = self.literal.shards[hash(name) & MASK].get(name)
+        literal = self.literal
+        bucket = literal.shards[hash(name) & literal.mask].get(name)
         if bucket is not None:
             yield bucket
-        shards = self.prefixed.shards
+        shards, mask = self.prefixed.shards, self.prefixed.mask
         n = len(name)
         for k in self.prefix_lengths:
             if k <= n:
                 prefix = name[:k]
-                bucket = shards[hash(prefix) & MASK].get(prefix)
+                bucket = shards[hash(prefix) & mask].get(prefix)
                 if bucket is not None:
                     yield bucket
 

@@ -2,11 +2,14 @@
 
 The ACL index is swapped by one assignment and never changed in place (authz/acl_index.py), so
 a change used to copy its top-level dicts (every resource name, every ACL id): 12 ms per
-one-ACL change at 100,000 ACLs.  A ``ShardedMap`` splits the keys over ``SHARDS`` plain dicts
-by hash; a change copies the tuple of shard references and only the shards it touches, so at
-100,000 keys one change copies about 400 entries.  Lookups stay one C-level dict lookup after
-``hash(key) & MASK`` (strings cache their hash), and the hot path may inline exactly that:
-``m.shards[hash(key) & MASK].get(key)``.
+one-ACL change at 100,000 ACLs.  A ``ShardedMap`` splits the keys over a power-of-two number of
+plain dicts by hash; a change copies the tuple of shard references and only the shards it
+touches.  The shard count follows the size (about ``TARGET`` keys per shard, one shard for a
+small map, so thousands of small maps cost no more than dicts); a map that grew to
+``4 * TARGET`` keys per shard is re-sharded, which happens each time it quadruples, so its cost
+is spread over the changes that grew it.  Lookups stay one C-level dict lookup after
+``hash(key) & m.mask`` (strings cache their hash), and the hot path may inline exactly that:
+``m.shards[hash(key) & m.mask].get(key)``.
 """
 
 from __future__ import annotations
@@ -14,19 +17,28 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["MASK", "SHARDS", "ShardedMap"]
+__all__ = ["TARGET", "ShardedMap"]
 
-SHARDS = 256
-MASK = SHARDS - 1
+#: keys per shard a map is built for
+TARGET = 128
+_MAX_SHARDS = 1 << 14
+
+
+def _shard_count(size: int) -> int:
+    count = 1
+    while count * TARGET < size and count < _MAX_SHARDS:
+        count <<= 1
+    return count
 
 
 class ShardedMap:
     """Read-only after construction: ``updated`` returns a new map sharing untouched shards."""
 
-    __slots__ = ("shards", "_size")
+    __slots__ = ("shards", "mask", "_size")
 
     def __init__(self, shards: tuple[dict, ...], size: int) -> None:
         self.shards = shards
+        self.mask = len(shards) - 1
         self._size = size
 
     @classmethod
@@ -35,18 +47,22 @@ class ShardedMap:
 
     @classmethod
     def of(cls, items: Mapping[Any, Any] | Iterable[tuple[Any, Any]]) -> "ShardedMap":
-        shards: list[dict] = [{} for _ in range(SHARDS)]
-        for key, value in (items.items() if isinstance(items, Mapping) else items):
-            shards[hash(key) & MASK][key] = value
+        pairs = list(items.items() if isinstance(items, Mapping) else items)
+        count = _shard_count(len(pairs))
+        mask = count - 1
+        shards: list[dict] = [{} for _ in range(count)]
+        for key, value in pairs:
+            shards[hash(key) & mask][key] = value
         return cls(tuple(shards), sum(len(s) for s in shards))
 
     def updated(self, sets: Mapping[Any, Any] | None = None, removes: Iterable[Any] = ()) -> "ShardedMap":
         """A new map with ``removes`` taken out, then ``sets`` put in (absent removes are ignored)."""
         shards = list(self.shards)
+        mask = self.mask
         copied: set[int] = set()
         size = self._size
         for key in removes:
-            i = hash(key) & MASK
+            i = hash(key) & mask
             if key in shards[i]:
                 if i not in copied:
                     shards[i] = dict(shards[i])
@@ -54,7 +70,7 @@ class ShardedMap:
                 del shards[i][key]
                 size -= 1
         for key, value in (sets or {}).items():
-            i = hash(key) & MASK
+            i = hash(key) & mask
             if i not in copied:
                 shards[i] = dict(shards[i])
                 copied.add(i)
@@ -64,18 +80,20 @@ class ShardedMap:
             shard[key] = value
         if not copied:
             return self
+        if size > 4 * TARGET * len(shards) and len(shards) < _MAX_SHARDS:  # grown 4x: re-shard
+            return ShardedMap.of(item for shard in shards for item in shard.items())
         return ShardedMap(tuple(shards), size)
 
     # -- Mapping-like reads --------------------------------------------------------
 
     def get(self, key: Any, default: Any = None) -> Any:
-        return self.shards[hash(key) & MASK].get(key, default)
+        return self.shards[hash(key) & self.mask].get(key, default)
 
     def __getitem__(self, key: Any) -> Any:
-        return self.shards[hash(key) & MASK][key]
+        return self.shards[hash(key) & self.mask][key]
 
     def __contains__(self, key: Any) -> bool:
-        return key in self.shards[hash(key) & MASK]
+        return key in self.shards[hash(key) & self.mask]
 
     def __len__(self) -> int:
         return self._size
@@ -102,4 +120,4 @@ class ShardedMap:
         return f"ShardedMap({self._size} entries)"
 
 
-_EMPTY = ShardedMap(tuple({} for _ in range(SHARDS)), 0)
+_EMPTY = ShardedMap(({},), 0)

@@ -285,7 +285,31 @@ def main() -> None:
     print_changes()
 
 
+def index_memory_mb(count: int = 100_000) -> float:
+    """What the index of ``count`` ACLs (bench_snapshot_load's mix) adds to the process, in MB of RSS."""
+    from authz.acl_index import AclIndex
+
+    def rss_mb() -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096 / 2**20
+
+    rng = random.Random(3)
+    ops = [Op.READ, Op.WRITE, Op.DESCRIBE, Op.ALL]
+    bindings = {uuid.UUID(int=rng.getrandbits(128)): AclBinding(
+        ResourcePattern(RT.TOPIC if i % 4 else RT.GROUP, f"svc-{i % 20_000}-{i // 20_000}",
+                        PT.PREFIXED if i % 7 == 0 else PT.LITERAL),
+        AccessControlEntry(f"User:user{i % 500}", "*" if i % 3 else f"10.0.{i % 256}.{i % 200}", ops[i % 4],
+                           Perm.DENY if i % 11 == 0 else Perm.ALLOW)) for i in range(count)}
+    gc.collect()
+    before = rss_mb()
+    index = AclIndex.from_bindings(bindings)
+    gc.collect()
+    assert len(index) == count
+    return rss_mb() - before
+
+
 def print_changes() -> None:
+    print(f"\n(e) RSS the index of 100,000 ACLs adds (bindings already loaded): {index_memory_mb():.0f} MB")
     print("\n(d) one-ACL change (apply_changes), ms: median / p99 of 200 creates, then of 200 deletes")
     print(f"{'ACLs':>8} {'shape':>22} {'create':>16} {'delete':>16}")
     for count in (0, 20_000, 100_000):

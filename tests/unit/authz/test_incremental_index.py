@@ -77,3 +77,15 @@ def test_sharded_map_updates_share_and_count():
     assert (m["k5"], m["k6"], "new" in m) == (5, 6, False)  # the old map is unchanged
     assert m.updated({}, ["absent"]) is m
     assert sorted(n.items()) == sorted({**{f"k{i}": i for i in range(1000) if i != 6}, "k5": 50, "new": 1}.items())
+
+
+def test_small_maps_stay_small_and_big_ones_reshard_as_they_grow():
+    """Thousands of groups each hold a summary with its own map: a small one is one dict (a map
+    of 256 shards each cost 5x the index's memory at 100k ACLs)."""
+    assert len(GroupSummary([_acl("a", False, False)]).counts.shards) == 1
+    m = ShardedMap.empty()
+    for i in range(5000):
+        m = m.updated({i: i})
+    assert len(m) == 5000 and all(m[i] == i for i in range(5000))
+    assert 5000 / len(m.shards) <= 4 * 128, "a map that grew one key at a time must have re-sharded"
+    assert len(ShardedMap.of({i: i for i in range(100_000)}).shards) == 1024
