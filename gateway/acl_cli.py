@@ -29,7 +29,7 @@ from authz.acl import (
 )
 from gateway.metadata_backend import metadata_location, offline_image
 from metadata.store import MetadataLogError
-from metadata.shell import render
+from metadata.shell import dump_records, render
 from authz.standard_authorizer import StandardAuthorizer
 
 __all__ = ["register"]
@@ -135,7 +135,7 @@ def cmd_acls(args) -> int:
         return 0
 
     async def dump(_authorizer, image):
-        print(render(image.loaded_state))
+        print(render(dump_records(image.records())))
         return 0
 
     work = {"list": list_, "add": add, "remove": remove, "dump": dump}[args.action]

@@ -95,18 +95,17 @@ class MetadataImage:
         #: (user name, SCRAM mechanism code) -> credential (salted keys only, never a password)
         self.scram: dict[tuple[str, int], UserScramCredentialRecord] = {}
         self.offset = -1
-        #: what the store's load() returned (for the metadata-shell dump)
-        self.loaded_state = None
         #: callables given the set of (resource type, name) a batch of ConfigRecords changed
         self.config_listeners: list = []
         self._offset_changed = trio.Event()
         self._snapshotting = False
 
     async def load(self) -> None:
-        state = self.loaded_state = await self.store.load()
+        state = await self.store.load()
         for record in state.records():
             self._apply(record)
         self.offset = state.last_offset
+        del state  # the records are in the image now; keeping them doubled the memory of 100k ACLs
         log.info("metadata log loaded: %d ACLs, %d config entries, last offset %d",
                  len(self.acls), sum(map(len, self.configs.values())), self.offset)
         if self.authorizer is not None:

@@ -51,3 +51,24 @@ def test_hash_password_never_takes_the_password_from_the_command_line():
 def test_version():
     done = _kgw("--version")
     assert done.returncode == 0 and done.stdout.startswith("kgw ")
+
+
+def test_the_collector_is_off_while_loading_and_back_on_once_ready():
+    """Start-up runs with the collector off (it walked 100k ACLs' objects again and again) and
+    _settle_garbage_collector turns it back on with start-up's objects frozen: a gateway, or a
+    worker, must never serve with the collector off."""
+    import gc
+
+    from gateway.cli import _quiet_collector_while_loading, _settle_garbage_collector
+
+    thresholds = gc.get_threshold()
+    try:
+        _quiet_collector_while_loading()
+        assert not gc.isenabled()
+        _settle_garbage_collector()
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (20_000, 20, 50)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+        gc.enable()

@@ -164,7 +164,9 @@ async def test_records_survive_a_restart(gw, tmp_path) -> None:
         reloaded = SimpleNamespace(config=gw.config, image=image, static_scram=gw.static_scram)
         assert str(login(reloaded, "erin", "pw", "SCRAM-SHA-512")) == "User:erin"
         assert login(reloaded, "frank", "pw") is None
-        kinds = [type(r).__name__ for r in image.loaded_state.records()]
+        from metadata.directory import read_log_state
+
+        kinds = [type(r).__name__ for r in read_log_state(gw.path).records()]
         assert kinds == ["UserScramCredentialRecord", "UserScramCredentialRecord", "RemoveUserScramCredentialRecord"]
     finally:
         await store.aclose()
