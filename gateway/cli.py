@@ -79,11 +79,11 @@ async def _run_until_signal(gateway_main) -> None:
             nursery.start_soon(stop_on_signal)
 
 
-async def _serve(config, on_started=None, *, reuse_port: bool = False) -> None:
+async def _serve(config, on_started=None, *, worker_index: int | None = None) -> None:
     from gateway.server import Gateway
 
     _quiet_collector_while_loading()
-    gateway = Gateway(config, reuse_port=reuse_port)
+    gateway = Gateway(config, worker_index=worker_index)
     _SERVING["gateway"] = gateway
     async with trio.open_nursery() as nursery:
         started = await nursery.start(gateway.run)
@@ -167,7 +167,7 @@ def cmd_run(args) -> int:
         async def serve_worker() -> None:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_watch_supervisor, os.getppid())
-                await _serve(config, reuse_port=True)
+                await _serve(config, worker_index=args.worker_index)
                 nursery.cancel_scope.cancel()
 
         return _run_main(serve_worker)
@@ -195,9 +195,6 @@ async def _watch_supervisor(supervisor_pid: int) -> None:
 def _workers_problem(config, count: int) -> str | None:
     if count > 64:
         return "at most 64 workers"
-    if config.metadata.backend != "kafka":
-        return ("workers must share one ordered metadata log: set metadata.backend: kafka (the directory "
-                "log has one writer; docs/operations.md, \"Several gateways\")")
     for lc in config.listeners:
         if lc.port == 0:
             return f"listener {lc.name}: port 0 would give each worker its own port; choose a port"

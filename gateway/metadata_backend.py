@@ -18,6 +18,7 @@ from typing import Any
 import trio
 
 from metadata.directory import DirectoryLogReader, DirectoryMetadataStore
+from metadata.directory_shared import SharedDirectoryStore
 from metadata.image import MetadataImage
 from metadata.store import MetadataStore
 
@@ -49,12 +50,17 @@ def librdkafka_settings(upstream: Any) -> dict[str, Any]:
     return conf
 
 
-def open_metadata_store(config: Any, *, role: str = "gateway") -> MetadataStore:
+def open_metadata_store(config: Any, *, role: str = "gateway", worker_index: int | None = None) -> MetadataStore:
     """The store ``config.metadata`` names (not loaded yet).  ``role`` names the instance in
-    the Kafka backend's message keys and client ids."""
+    the Kafka backend's message keys and client ids; a worker of ``kgw run --workers N``
+    (``worker_index``) shares a directory log with its siblings (metadata/directory_shared.py)."""
     md = config.metadata
     if md.backend == "directory":
+        if worker_index is not None:
+            return SharedDirectoryStore(md.path)
         return DirectoryMetadataStore(md.path)
+    if worker_index is not None:
+        role = f"worker{worker_index}"
     from metadata.kafka_topic import KafkaMetadataStore, KafkaTopicSettings
 
     instance = f"{config.cluster_id}-{role}-{socket.gethostname()}-{os.getpid()}"

@@ -45,9 +45,11 @@ class StartedGateway:
 
 
 class Gateway:
-    def __init__(self, config, *, reuse_port: bool = False) -> None:
-        #: bind listener ports with SO_REUSEPORT (one of several workers, gateway/workers.py)
-        self.reuse_port = reuse_port
+    def __init__(self, config, *, worker_index: int | None = None) -> None:
+        #: one of ``kgw run --workers N`` (gateway/workers.py): listener ports are bound with
+        #: SO_REUSEPORT and a directory metadata log is shared with the other workers
+        self.worker_index = worker_index
+        self.reuse_port = worker_index is not None
         self.config = config
         self.metrics = GatewayMetrics()
         up = config.upstream
@@ -194,7 +196,7 @@ class Gateway:
             if cfg.admin is not None:
                 port = await nursery.start(serve_admin, cfg.admin.host, cfg.admin.port, self.metrics.registry, self.readiness)
                 admin = (cfg.admin.host, port)
-            store = open_metadata_store(cfg)
+            store = open_metadata_store(cfg, worker_index=self.worker_index)
             nursery.start_soon(self._close_on_exit, store)
             self.image = MetadataImage(store, self.authorizer, cfg.metadata.snapshot_every_records)
             ready_events = {}

@@ -6,9 +6,11 @@ with more cores runs several.  This supervisor starts N workers, each a whole ga
 connections and metadata follower), and the kernel spreads accepted connections over them:
 every worker binds each listener port with ``SO_REUSEPORT``.
 
-* **One state.** Every worker follows the same metadata log in the same order, which needs
-  the shared ``metadata.backend: kafka``; the directory log admits one writer, so N > 1 with
-  it is refused at start (docs/operations.md).
+* **One state.** Every worker follows the same metadata log in the same order: the shared
+  ``metadata.backend: kafka``, or the directory log, which the workers then write and follow
+  together (metadata/directory_shared.py: its file is the order, an append lock makes one
+  writer at a time) while the supervisor holds the directory's lock against any other
+  process.
 * **Restarts.** A worker that exits is started again (1 s back-off, doubling to 30 s while it
   keeps dying within a minute of its start).  The other workers go on serving.
 * **Admin endpoint.** Workers bind their own on 127.0.0.1, an ephemeral port; the
@@ -27,6 +29,7 @@ worker is ready; a worker that exits before that stops the start with its status
 from __future__ import annotations
 
 import logging
+import os
 import re
 import signal
 import subprocess
@@ -196,6 +199,21 @@ async def run_workers(config_path: str, config, count: int, say) -> None:
     """Supervise ``count`` workers until a signal (see the module docstring)."""
     supervisor = Supervisor(config_path, config, count)
     failed_start = trio.Event()
+    directory_lock = -1
+    if config.metadata.backend == "directory":
+        # the workers share the log (metadata/directory_shared.py); the supervisor keeps every
+        # other writer out: another gateway, `kgw acls add` with the gateway running
+        from metadata.directory_shared import hold_directory
+
+        directory_lock = hold_directory(config.metadata.path)
+    try:
+        await _supervise(supervisor, failed_start, config, count, say)
+    finally:
+        if directory_lock >= 0:
+            os.close(directory_lock)
+
+
+async def _supervise(supervisor: Supervisor, failed_start: trio.Event, config, count: int, say) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             for w in supervisor.workers:

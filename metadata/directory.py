@@ -543,33 +543,42 @@ class DirectoryMetadataStore(MetadataStore):
         return through_offset + 1
 
     def _snapshot_blocking(self, records: tuple[MetadataRecord, ...], end_offset: int) -> None:
-        data = encode_snapshot(records, epoch=self._epoch, timestamp_ms=_now_ms())
-        final = self._path / _snapshot_name(end_offset, self._epoch)
-        part = final.with_name(final.name + _PART_SUFFIX)
-        files = self._files
-        fd = files.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            _write_and_fsync(files, fd, data)
-        finally:
-            files.close(fd)
-        files.rename(part, final)
-        files.fsync_dir(self._path)
+        final = write_snapshot_file(self._files, self._path, records, end_offset, self._epoch)
         self._snapshots.append(_Snapshot(end_offset, self._epoch, final))
         if self._segments[-1].next_offset > self._segments[-1].base_offset:
             self._roll_segment_blocking()
-        self._apply_retention()
+        apply_retention(self._files, self._path, self._segments, self._snapshots)
 
-    def _apply_retention(self) -> None:
-        """Keep the newest two snapshots and the log back to the older of them."""
-        if len(self._snapshots) < 2:
-            return
-        keep_from = self._snapshots[-2].end_offset
-        for old in self._snapshots[:-2]:
-            self._files.unlink(old.path)
-        self._snapshots = self._snapshots[-2:]
-        while len(self._segments) > 1 and self._segments[1].base_offset <= keep_from:
-            self._files.unlink(self._segments.pop(0).path)
-        self._files.fsync_dir(self._path)
+
+def write_snapshot_file(files: OsFiles, directory: Path, records: Sequence[MetadataRecord], end_offset: int,
+                        epoch: int) -> Path:
+    """Write a snapshot durably: ``.part``, fsync, rename, directory fsync (no half snapshot
+    ever has the final name).  Returns its path."""
+    data = encode_snapshot(records, epoch=epoch, timestamp_ms=_now_ms())
+    final = directory / _snapshot_name(end_offset, epoch)
+    part = final.with_name(final.name + _PART_SUFFIX)
+    fd = files.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_and_fsync(files, fd, data)
+    finally:
+        files.close(fd)
+    files.rename(part, final)
+    files.fsync_dir(directory)
+    return final
+
+
+def apply_retention(files: OsFiles, directory: Path, segments: list[_Segment], snapshots: list[_Snapshot]) -> None:
+    """Keep the newest two snapshots and the log back to the older of them (the lists, sorted
+    oldest first, are trimmed to what is kept)."""
+    if len(snapshots) < 2:
+        return
+    keep_from = snapshots[-2].end_offset
+    for old in snapshots[:-2]:
+        files.unlink(old.path)
+    del snapshots[:-2]
+    while len(segments) > 1 and segments[1].base_offset <= keep_from:
+        files.unlink(segments.pop(0).path)
+    files.fsync_dir(directory)
 
 
 def snapshot_every(records_since_snapshot: int, *, threshold: int = 10_000) -> bool:

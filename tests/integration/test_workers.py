@@ -1,13 +1,14 @@
-"""``kgw run --workers 2`` (#14 item 7) in front of real Kafka with the shared metadata backend:
-both processes accept on the same ports, an ACL change is enforced by both, a killed worker is
-replaced while the other serves, and the admin port covers both.  A directory metadata log is
-refused (one writer) with a line saying why."""
+"""``kgw run --workers 2`` (#14 item 7) in front of real Kafka, with the shared metadata backend
+and with the directory log the workers share: both processes accept on the same ports, an ACL
+change is enforced by both, a killed worker is replaced while the other serves, and the admin
+port covers both.  With the directory log, no other process writes it while the workers run."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import subprocess
 import urllib.request
 import uuid
 
@@ -17,6 +18,8 @@ from kio.static.primitive import i8
 from gateway.cli import main
 from protocol.codecs import nested, request_class
 from tests.integration.test_shared_metadata import PASSWORDS, readyz, shared_config, until
+from tests.support.acls import kgw_command
+from tests.support.cluster import gateway_env
 from tests.support.raw_kafka import RawConnection
 
 pytestmark = pytest.mark.kafka
@@ -56,8 +59,17 @@ def create_acl(conn: RawConnection, topic: str) -> int:
     return conn.call(30, 3, cls(creations=(creation,))).results[0].error_code
 
 
-def test_two_workers_share_the_ports_and_the_state_and_a_killed_one_is_replaced(kafka, kafka_gateway, topic_name):
-    gw = kafka_gateway(shared_config(f"__kgw_md_{topic_name}", kafka.node_ids), name="kgw-workers",
+def workers_config(backend: str, topic_name: str, node_ids) -> dict:
+    config = shared_config(f"__kgw_md_{topic_name}", node_ids)
+    if backend == "directory":
+        config["metadata"] = {"backend": "directory"}  # the fixture's own directory
+    return config
+
+
+@pytest.mark.parametrize("backend", ["kafka", "directory"])
+def test_two_workers_share_the_ports_and_the_state_and_a_killed_one_is_replaced(kafka, kafka_gateway, topic_name,
+                                                                                 backend):
+    gw = kafka_gateway(workers_config(backend, topic_name, kafka.node_ids), name=f"kgw-workers-{backend}",
                        args=("--workers", "2"))
     pids = [int(p) for p in next(line for line in gw.process.stdout_lines if line.startswith("workers: ")).split()[1:]]
     assert len(pids) == 2 and gw.process.pid not in pids
@@ -104,11 +116,25 @@ def test_two_workers_share_the_ports_and_the_state_and_a_killed_one_is_replaced(
             os.kill(pid, 0)
 
 
-def test_workers_with_the_directory_log_are_refused(tmp_path, capsys):
-    config = tmp_path / "gw.yaml"
-    config.write_text(f"listeners: [{{name: L, host: 127.0.0.1, port: 19092, broker_port_base: 19100}}]\n"
-                      f"upstream: {{bootstrap_servers: ['127.0.0.1:9092']}}\nmetadata: {{path: {tmp_path / 'md'}}}\n")
-    assert main(["run", "--config", str(config), "--workers", "2"]) == 2
-    err = capsys.readouterr().err
-    assert "--workers 2: workers must share one ordered metadata log: set metadata.backend: kafka" in err
-    assert not (tmp_path / "md").exists()
+def test_with_the_directory_log_only_the_workers_write_it_and_tools_read_it(kafka, kafka_gateway, topic_name):
+    gw = kafka_gateway(workers_config("directory", topic_name, kafka.node_ids), name="kgw-workers-dir",
+                       args=("--workers", "2"))
+    with RawConnection(gw.bootstrap).sasl_plain("admin", PASSWORDS["admin"]) as admin:
+        assert create_acl(admin, topic_name) == 0
+
+    def acls(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*kgw_command(), "acls", *args, "--config", str(gw.config_path)], env=gateway_env(),
+                              capture_output=True, text=True, timeout=60)
+
+    listed = acls("list")  # read-only, while the workers run
+    assert listed.returncode == 0, listed.stderr
+    assert topic_name in listed.stdout and "User:alice" in listed.stdout
+    added = acls("add", "--principal", "User:bob", "--operation", "READ", "--topic", topic_name)
+    assert added.returncode != 0 and "locked by another kgw process" in added.stderr, added.stderr
+    supervisor = gw.process.pid
+    assert f"pid {supervisor})" in added.stderr  # the supervisor holds the log for its workers
+    assert gw.stop() == 0
+    added = acls("add", "--principal", "User:bob", "--operation", "READ", "--topic", topic_name)
+    assert added.returncode == 0, added.stderr
+    listed = acls("list")
+    assert "User:bob" in listed.stdout and "User:alice" in listed.stdout

@@ -1,0 +1,163 @@
+"""The directory log shared by the workers of ``kgw run --workers N`` (#14 item 7).
+
+Each store here is what one worker opens (its own file descriptors, so the append lock
+excludes them from each other as it excludes processes); what runs is the production path:
+MetadataImage over SharedDirectoryStore, the StandardAuthorizer writing through it.  The
+processes themselves are exercised in tests/integration/test_workers.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import uuid
+
+import pytest
+import trio
+
+from authz.acl import AccessControlEntry, AclBinding, AclOperation, AclPermissionType, PatternType, ResourcePattern, ResourceType
+from metadata.directory import DirectoryMetadataStore, read_log_state
+from metadata.directory_shared import SharedDirectoryStore, hold_directory
+from metadata.image import MetadataImage, binding_to_record
+from metadata.records import ConfigRecord
+from metadata.store import MetadataStoreLockedError
+from metadata.transfer import export_document
+
+
+def binding(topic: str, user: str = "alice") -> AclBinding:
+    return AclBinding(ResourcePattern(ResourceType.TOPIC, topic, PatternType.LITERAL),
+                      AccessControlEntry(f"User:{user}", "*", AclOperation.READ, AclPermissionType.ALLOW))
+
+
+async def opened(path, snapshot_every: int = 10**9) -> MetadataImage:
+    image = MetadataImage(SharedDirectoryStore(path), snapshot_every=snapshot_every)
+    await image.load()
+    return image
+
+
+async def until_offset(images, offset: int) -> None:
+    with trio.fail_after(10):
+        for image in images:
+            while image.offset < offset:
+                await image._offset_changed.wait()
+
+
+def state(image: MetadataImage):
+    return export_document(image.acls, image.configs, image.scram, image.offset)
+
+
+def bounded(test):
+    """A broken store must fail the test, not hang it (a write waits to be read back)."""
+    @functools.wraps(test)
+    async def run(*args, **kwargs):
+        with trio.fail_after(30):
+            await test(*args, **kwargs)
+    return run
+
+
+@pytest.fixture
+def log_dir(tmp_path):
+    path = tmp_path / "md"
+    fd = hold_directory(path)  # what the supervisor does
+    yield path
+    os.close(fd)
+
+
+@bounded
+async def test_two_workers_writing_at_once_get_one_order_and_read_their_own_writes(log_dir):
+    async with trio.open_nursery() as nursery:
+        a, b = await opened(log_dir), await opened(log_dir)
+        for image in (a, b):
+            await nursery.start(image.follow)
+        offsets = {a: [], b: []}
+
+        async def writer(image: MetadataImage, name: str) -> None:
+            for i in range(40):
+                acl_id = uuid.uuid4()
+                offset = await image.append([binding_to_record(acl_id, binding(f"{name}-{i}"))])
+                assert acl_id in image.acls and image.offset >= offset  # applied here before the write returns
+                offsets[image].append(offset)
+
+        async with trio.open_nursery() as writers:
+            for image, name in ((a, "a"), (b, "b"), (a, "a2"), (b, "b2")):
+                writers.start_soon(writer, image, name)
+        await until_offset((a, b), 159)
+        assert a.offset == b.offset == 159 and len(a.acls) == 160
+        assert state(a) == state(b)
+        # the file is the order: every record has its own offset, none twice, no gap
+        assert sorted(offsets[a] + offsets[b]) == list(range(160))
+        recovered = read_log_state(log_dir)
+        assert recovered.last_offset == 159 and len(list(recovered.records())) == 160
+        nursery.cancel_scope.cancel()
+    for image in (a, b):
+        await image.store.aclose()
+
+
+@bounded
+async def test_a_dead_writers_torn_tail_is_cut_by_the_next_writer_and_never_applied(log_dir):
+    async with trio.open_nursery() as nursery:
+        a, b = await opened(log_dir), await opened(log_dir)
+        for image in (a, b):
+            await nursery.start(image.follow)
+        await a.append([ConfigRecord(resource_type=4, resource_name="", name="x", value="1")])
+        await until_offset((b,), 0)
+        segment = sorted(p for p in log_dir.iterdir() if p.suffix == ".log")[-1]
+        good = segment.stat().st_size
+        with open(segment, "ab") as f:  # a worker SIGKILLed in the middle of its write
+            f.write(b"\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x01\x00half a batch")
+        await b.append([ConfigRecord(resource_type=4, resource_name="", name="x", value="2")])
+        await until_offset((a, b), 1)
+        assert a.configs[(4, "")] == b.configs[(4, "")] == {"x": "2"}
+        data = segment.read_bytes()
+        assert b"half a batch" not in data and len(data) > good
+        nursery.cancel_scope.cancel()
+    for image in (a, b):
+        await image.store.aclose()
+
+
+@bounded
+async def test_a_snapshot_by_one_worker_rolls_the_log_the_others_follow_and_a_new_one_starts_from_it(log_dir):
+    async with trio.open_nursery() as nursery:
+        a = await opened(log_dir, snapshot_every=25)
+        b = await opened(log_dir)
+        for image in (a, b):
+            await nursery.start(image.follow)
+        for round_ in range(4):  # four snapshots: retention deletes the oldest
+            for i in range(30):
+                image = a if i % 2 else b
+                await image.write_acls({uuid.uuid4(): binding(f"t{round_}-{i}")}, [])
+            await until_offset((a, b), 30 * (round_ + 1) - 1)
+        snapshots = sorted(p.name for p in log_dir.iterdir() if p.name.endswith(".checkpoint"))
+        assert len(snapshots) == 2, snapshots
+        assert b.store.records_since_snapshot < 30  # b learned of a's snapshots
+        segments = sorted(p for p in log_dir.iterdir() if p.suffix == ".log")
+        assert int(segments[0].stem) > 0  # the log before the older snapshot is gone
+        c = await opened(log_dir)
+        await nursery.start(c.follow)
+        assert c.offset == 119 and state(c) == state(a) == state(b) and len(c.acls) == 120
+        await b.write_acls({}, [next(iter(b.acls))])
+        await until_offset((a, b, c), 120)
+        assert state(a) == state(b) == state(c) and len(c.acls) == 119
+        nursery.cancel_scope.cancel()
+    for image in (a, b, c):
+        await image.store.aclose()
+
+
+@bounded
+async def test_the_supervisors_lock_keeps_any_other_writer_out_and_the_format_is_the_directory_logs(tmp_path):
+    path = tmp_path / "md"
+    lock = hold_directory(path)
+    async with trio.open_nursery() as nursery:
+        a = await opened(path)
+        await nursery.start(a.follow)
+        await a.write_acls({uuid.uuid4(): binding("t")}, [])
+        await a.append([ConfigRecord(resource_type=4, resource_name="", name="super.users", value="User:admin")])
+        with pytest.raises(MetadataStoreLockedError, match="locked by another kgw process"):
+            await DirectoryMetadataStore(path).load()  # `kgw acls add`, or a second gateway
+        nursery.cancel_scope.cancel()
+    await a.store.aclose()
+    os.close(lock)  # the supervisor stopped: one gateway (or kgw acls) takes the log over as it is
+    single = MetadataImage(DirectoryMetadataStore(path))
+    await single.load()
+    assert single.offset == a.offset == 1 and state(single) == state(a)
+    await single.store.aclose()
