@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 import bisect
-from typing import Iterable
+from typing import Iterable, Sequence
 from .acl import (
     WILDCARD_RESOURCE,
 )
@@ -27,8 +27,10 @@ class GroupSummary:
     A change costs the names it touches (and, for a DENY prefix, the ALLOW names
     under it), plus C-level copies of the sorted tuples; never a walk of the group
     (a principal may hold 100,000 ACLs of one operation: 146 ms per change when the
-    summary was rebuilt, issue 17).  ``counts`` (a ``ShardedMap`` of
-    ``(literal, deny, name) -> number of ACLs``) keeps the multiset exact.
+    summary was rebuilt, issue 17).  A ``(literal, deny, name)`` present in the sets above
+    stands for one ACL; ``extra`` (a ``ShardedMap``, nearly always the shared empty one) holds
+    how many more there are when several ACLs of the group have it (an index may hold equal
+    ACLs under different ids), so the multiset stays exact without a count per name.
     """
 
     __slots__ = (
@@ -41,30 +43,36 @@ class GroupSummary:
         "survivor_prefixes",
         "allow_literals",
         "allow_prefixes",
-        "counts",
+        "extra",
     )
 
-    def __init__(self, acls: Iterable[Any]) -> None:  # acls: authz.acl_index.StandardAcl
-        counts: dict[tuple[bool, bool, str], int] = {}
+    def __init__(self, acls: Sequence[Any]) -> None:  # acls: authz.acl_index.StandardAcl
         allow_lit: set[str] = set()
         allow_pre: set[str] = set()
         deny_lit: set[str] = set()
         deny_pre: set[str] = set()
-        names = {_ALLOW_LIT: allow_lit, _ALLOW_PRE: allow_pre, _DENY_LIT: deny_lit, _DENY_PRE: deny_pre}
-        wildcards = {_WILDCARD_ALLOW: False, _WILDCARD_DENY: False}
+        wildcard_allow = wildcard_deny = 0  # how many ACLs
         literal_type = PatternType.LITERAL
+        # (_kind inlined: a restart builds every group's summary, 32,500 groups at 100k ACLs)
         for acl in acls:
-            key = (acl.pattern_type is literal_type, acl.is_deny, acl.resource_name)
-            counts[key] = counts.get(key, 0) + 1
-            kind = _kind(key)
-            if kind in wildcards:
-                wildcards[kind] = True
+            name = acl.resource_name
+            if acl.pattern_type is literal_type:
+                if name == WILDCARD_RESOURCE:
+                    if acl.is_deny:
+                        wildcard_deny += 1
+                    else:
+                        wildcard_allow += 1
+                else:
+                    (deny_lit if acl.is_deny else allow_lit).add(name)
             else:
-                names[kind].add(key[2])
-        self.wildcard_allow, self.wildcard_deny = wildcards[_WILDCARD_ALLOW], wildcards[_WILDCARD_DENY]
-        self.counts = ShardedMap.of(counts)
-        self.deny_literals = frozenset(deny_lit)
-        self.deny_prefixes = frozenset(deny_pre)
+                (deny_pre if acl.is_deny else allow_pre).add(name)
+        self.wildcard_allow, self.wildcard_deny = wildcard_allow > 0, wildcard_deny > 0
+        distinct = len(allow_lit) + len(allow_pre) + len(deny_lit) + len(deny_pre) + self.wildcard_allow \
+            + self.wildcard_deny
+        self.extra = ShardedMap.empty() if distinct == len(acls) else _repeats(acls)
+        # most groups hold no DENY: one shared empty set instead of two per group
+        self.deny_literals = frozenset(deny_lit) if deny_lit else _NO_NAMES
+        self.deny_prefixes = frozenset(deny_pre) if deny_pre else _NO_NAMES
         lengths = self.deny_prefix_lengths = tuple(sorted({len(p) for p in deny_pre}))
         self.allow_literals = tuple(sorted(allow_lit))
         self.allow_prefixes = tuple(sorted(allow_pre))
@@ -89,7 +97,7 @@ class GroupSummary:
         for acl, step in [(a, -1) for a in drops] + [(a, 1) for a in adds]:
             key = (acl.pattern_type is PatternType.LITERAL, acl.is_deny, acl.resource_name)
             delta[key] = delta.get(key, 0) + step
-        counts = self.counts
+        extra = self.extra
         sets: dict[tuple[bool, bool, str], int] = {}
         removes: list[tuple[bool, bool, str]] = []
         appeared: list[tuple[bool, bool, str]] = []
@@ -97,21 +105,18 @@ class GroupSummary:
         for key, step in delta.items():
             if not step:
                 continue
-            before = counts.get(key, 0)
-            after = before + step
-            if after > 0:
-                sets[key] = after
-                if before == 0:
-                    appeared.append(key)
-            else:
+            before = 1 + extra.get(key, 0) if self._has(key) else 0
+            after = max(before + step, 0)
+            if after > 1:
+                sets[key] = after - 1
+            elif before > 1:
                 removes.append(key)
-                if before > 0:
-                    vanished.append(key)
-        new_counts = counts.updated(sets, removes)
-        if not len(new_counts):
-            return None
+            if after and not before:
+                appeared.append(key)
+            elif before and not after:
+                vanished.append(key)
         out = GroupSummary.__new__(GroupSummary)
-        out.counts = new_counts
+        out.extra = extra.updated(sets, removes) if sets or removes else extra
         out.wildcard_allow, out.wildcard_deny = self.wildcard_allow, self.wildcard_deny
         out.deny_literals, out.deny_prefixes = self.deny_literals, self.deny_prefixes
         out.deny_prefix_lengths = self.deny_prefix_lengths
@@ -130,11 +135,11 @@ class GroupSummary:
         if deny_lit_changes:
             out.deny_literals = frozenset(
                 (self.deny_literals - {n for n, p in deny_lit_changes.items() if not p})
-                | {n for n, p in deny_lit_changes.items() if p})
+                | {n for n, p in deny_lit_changes.items() if p}) or _NO_NAMES
         if deny_pre_changes:
             out.deny_prefixes = frozenset(
                 (self.deny_prefixes - {n for n, p in deny_pre_changes.items() if not p})
-                | {n for n, p in deny_pre_changes.items() if p})
+                | {n for n, p in deny_pre_changes.items() if p}) or _NO_NAMES
             out.deny_prefix_lengths = tuple(sorted({len(p) for p in out.deny_prefixes}))
         out.allow_literals = _with_changes(allow_lit, allow_lit_changes)
         out.allow_prefixes = _with_changes(allow_pre, allow_pre_changes)
@@ -149,9 +154,35 @@ class GroupSummary:
                                      lambda n: _contains(out.allow_literals, n) and out._literal_survives(n))
         out.survivor_prefixes = _fix(self.survivor_prefixes, pre_affected,
                                      lambda n: _contains(out.allow_prefixes, n) and out._prefix_survives(n))
+        if not (out.allow_literals or out.allow_prefixes or out.deny_literals or out.deny_prefixes
+                or out.wildcard_allow or out.wildcard_deny):
+            return None
         return out
 
+    def _has(self, key: tuple[bool, bool, str]) -> bool:
+        """Does the group hold at least one ACL ``(literal, deny, name)``?"""
+        kind = _kind(key)
+        if kind == _ALLOW_LIT:
+            return _contains(self.allow_literals, key[2])
+        if kind == _ALLOW_PRE:
+            return _contains(self.allow_prefixes, key[2])
+        if kind == _DENY_LIT:
+            return key[2] in self.deny_literals
+        if kind == _DENY_PRE:
+            return key[2] in self.deny_prefixes
+        return self.wildcard_allow if kind == _WILDCARD_ALLOW else self.wildcard_deny
 
+
+_NO_NAMES: frozenset[str] = frozenset()
+
+
+def _repeats(acls: Sequence[Any]) -> ShardedMap:
+    """``(literal, deny, name) -> how many ACLs beyond the first`` for those held more than once."""
+    counts: dict[tuple[bool, bool, str], int] = {}
+    for acl in acls:
+        key = (acl.pattern_type is PatternType.LITERAL, acl.is_deny, acl.resource_name)
+        counts[key] = counts.get(key, 0) + 1
+    return ShardedMap.of({k: c - 1 for k, c in counts.items() if c > 1})
 _WILDCARD_ALLOW, _WILDCARD_DENY = "wildcard_allow", "wildcard_deny"
 _ALLOW_LIT, _ALLOW_PRE, _DENY_LIT, _DENY_PRE = "allow_lit", "allow_pre", "deny_lit", "deny_pre"
 

@@ -1,6 +1,11 @@
 """Restart time with many ACLs: `kgw run` from start to its `ready` line, on a directory log
 holding N ACLs (bench_authorizer's snapshot mix), with the upstream unreachable so only kgw's own
-start-up is timed.  Usage: .venv/bin/python bench/bench_restart.py [--acls 100000] [--runs 3]"""
+start-up is timed.  Usage: .venv/bin/python bench/bench_restart.py [--acls 100000] [--runs 3] [--kgw PATH]
+
+``--kgw``: the executable to time, e.g. of an install without the test extras, as a
+deployment has it (``python -m venv /tmp/kgw-prod && /tmp/kgw-prod/bin/pip install .``):
+the development venv also imports hypothesis and pytest at start-up (kio and trio use them
+when present), about 0.3 s."""
 
 from __future__ import annotations
 
@@ -27,9 +32,9 @@ def document(count: int) -> dict:
     return {"format": "kgw-metadata", "version": 1, "offset": 0, "acls": acls, "configs": [], "scram_credentials": []}
 
 
-def time_to_ready(config: Path) -> tuple[float, int]:
+def time_to_ready(kgw: str, config: Path) -> tuple[float, int]:
     started = time.monotonic()
-    proc = subprocess.Popen([KGW, "run", "--config", str(config)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    proc = subprocess.Popen([kgw, "run", "--config", str(config)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True)
     try:
         for line in proc.stdout:
@@ -48,11 +53,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--acls", type=int, default=100_000)
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--kgw", default=KGW, help="the kgw executable to time (default: this venv's)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="kgw-restart-") as tmp:
         work = Path(tmp)
         (work / "doc.json").write_text(json.dumps(document(args.acls)))
-        subprocess.run([KGW, "metadata", "import", str(work / "doc.json"), "--data-dir", str(work / "meta")],
+        subprocess.run([args.kgw, "metadata", "import", str(work / "doc.json"), "--data-dir", str(work / "meta")],
                        check=True, capture_output=True)
         config = work / "kgw.yaml"
         config.write_text(json.dumps({
@@ -61,7 +67,7 @@ def main() -> None:
             "authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer"},
             "metadata": {"path": str(work / "meta")}}))  # JSON is YAML
         for run in range(args.runs):
-            elapsed, rss = time_to_ready(config)
+            elapsed, rss = time_to_ready(args.kgw, config)
             print(f"run {run + 1}: ready after {elapsed:.2f} s, RSS {rss} MB ({args.acls:,} ACLs)")
 
 

@@ -60,10 +60,22 @@ def binding_to_record(acl_id: uuid.UUID, b: AclBinding) -> AccessControlEntryRec
     )
 
 
+def _codes(enum_type) -> dict:
+    return {member.value: member for member in enum_type}
+
+
+# code -> member: an Enum call costs about 1 us, four per ACL at every start (0.36 s at 100k ACLs)
+_RESOURCE_TYPES, _PATTERN_TYPES = _codes(ResourceType), _codes(PatternType)
+_OPERATIONS, _PERMISSIONS = _codes(AclOperation), _codes(AclPermissionType)
+
+
 def record_to_binding(r: AccessControlEntryRecord) -> AclBinding:
+    """The ACL a record describes (a code Kafka does not define reads as UNKNOWN, as an Enum call would)."""
     return AclBinding(
-        ResourcePattern(ResourceType(r.resource_type), r.resource_name, PatternType(r.pattern_type)),
-        AccessControlEntry(r.principal, r.host, AclOperation(r.operation), AclPermissionType(r.permission_type)),
+        ResourcePattern(_RESOURCE_TYPES.get(r.resource_type) or ResourceType(r.resource_type), r.resource_name,
+                        _PATTERN_TYPES.get(r.pattern_type) or PatternType(r.pattern_type)),
+        AccessControlEntry(r.principal, r.host, _OPERATIONS.get(r.operation) or AclOperation(r.operation),
+                           _PERMISSIONS.get(r.permission_type) or AclPermissionType(r.permission_type)),
     )
 
 

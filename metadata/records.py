@@ -42,6 +42,7 @@ gateway converts to and from its richer types (``authz/acl.py``).
 """
 
 from __future__ import annotations
+import sys
 import uuid
 from dataclasses import dataclass
 from typing import ClassVar, Final, TypeAlias
@@ -60,6 +61,38 @@ _MAX_FRAME_FIELD: Final = 0x7FFF
 
 
 
+
+
+def _decode_acl_fast(cls, buf: bytes | memoryview, pos: int):
+    """``AccessControlEntryRecord.decode_body`` for the usual shape (strings under 127 bytes, no
+    tagged fields, non-negative codes) in one function: a restart decodes every ACL (a third of
+    the 0.8 s 100k ACLs took).  None for anything else, which the general path then reads (and
+    refuses with its message if it is malformed)."""
+    try:
+        p = pos + 16
+        acl_id = uuid.UUID(bytes=bytes(buf[pos:p]))
+        resource_type = buf[p]
+        resource_name, p = _short_string(buf, p + 1)
+        pattern_type = buf[p]
+        principal, p = _short_string(buf, p + 1)
+        host, p = _short_string(buf, p)
+        operation, permission_type, tags = buf[p], buf[p + 1], buf[p + 2]
+    except (IndexError, UnicodeDecodeError, ValueError):  # _short_string: not the usual shape
+        return None
+    if tags or max(resource_type, pattern_type, operation, permission_type) > 127:
+        return None
+    return cls(id=acl_id, resource_type=resource_type, resource_name=resource_name, pattern_type=pattern_type,
+               principal=principal, host=host, operation=operation, permission_type=permission_type), p + 3
+
+
+def _short_string(buf: bytes | memoryview, p: int) -> tuple[str, int]:
+    """A non-null compact string whose length fits one varint byte, interned (thousands of
+    ACLs name one principal, host or topic, and the image and the index keep them)."""
+    n = buf[p]
+    end = p + n
+    if not 0 < n < 0x80 or end > len(buf):
+        raise ValueError("not a short string")
+    return sys.intern(str(buf[p + 1 : end], "utf-8")), end
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,6 +135,9 @@ class AccessControlEntryRecord:
     def decode_body(
         cls, buf: bytes | memoryview, pos: int
     ) -> tuple[AccessControlEntryRecord, int]:
+        fast = _decode_acl_fast(cls, buf, pos)
+        if fast is not None:
+            return fast
         acl_id, pos = _read_uuid(buf, pos)
         resource_type, pos = _read_int8(buf, pos)
         resource_name, pos = _read_compact_string(buf, pos)
@@ -111,13 +147,15 @@ class AccessControlEntryRecord:
         operation, pos = _read_int8(buf, pos)
         permission_type, pos = _read_int8(buf, pos)
         pos = _skip_tagged_fields(buf, pos)
+        # interned: thousands of ACLs name one principal, host or topic, and the image and
+        # the authorizer's index keep these strings for as long as the ACL lives
         record = cls(
             id=acl_id,
             resource_type=resource_type,
-            resource_name=resource_name,
+            resource_name=sys.intern(resource_name),
             pattern_type=pattern_type,
-            principal=principal,
-            host=host,
+            principal=sys.intern(principal),
+            host=sys.intern(host),
             operation=operation,
             permission_type=permission_type,
         )

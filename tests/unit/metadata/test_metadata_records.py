@@ -133,6 +133,20 @@ def test_unknown_tagged_fields_are_skipped() -> None:
     assert decode_record(with_tag) == RemoveAccessControlEntryRecord(id=ACL_ID)
 
 
+@pytest.mark.parametrize("name", ["t", "x" * 126, "x" * 127, "é" * 200])
+def test_acl_records_of_every_shape_decode_alike(name: str) -> None:
+    """The usual shape takes a shorter path (metadata/records.py, _decode_acl_fast); long
+    strings, tagged fields and negative codes take the general one, with the same result."""
+    for operation in (5, -5):
+        record = AccessControlEntryRecord(id=ACL_ID, resource_type=2, resource_name=name, pattern_type=4,
+                                          principal=f"User:{name}", host="10.0.0.1", operation=operation,
+                                          permission_type=3)
+        data = encode_record(record)
+        assert decode_record(data) == record
+        with_tag = data[:-1] + bytes.fromhex("01" "05" "02" "abcd")
+        assert decode_record(with_tag) == record
+
+
 def test_unknown_record_type_is_kept_verbatim() -> None:
     data = bytes.fromhex("0102000301020300")  # TopicRecord-ish: api key 2
     record = decode_record(data)
