@@ -207,11 +207,15 @@ class SharedDirectoryStore(MetadataStore):
         last = segments[-1]
         if last.base_offset != w.base:
             w.base, w.path, w.pos, w.next = last.base_offset, last.path, 0, last.base_offset
-        data = files.read_bytes(w.path)
-        scan = scan_batches(memoryview(data)[w.pos:], w.next)
+        fd = files.open(w.path, os.O_RDONLY)
+        try:  # only what was appended since this writer last looked
+            data = files.pread(fd, max(os.fstat(fd).st_size - w.pos, 0), w.pos)
+        finally:
+            files.close(fd)
+        scan = scan_batches(data, w.next)
         if scan.problem is not None:
             log.warning("metadata log %s: cutting a torn tail of %d byte(s) at file position %d (log offset %d): %s",
-                        w.path, len(data) - w.pos - scan.valid_bytes, w.pos + scan.valid_bytes, scan.next_offset,
+                        w.path, len(data) - scan.valid_bytes, w.pos + scan.valid_bytes, scan.next_offset,
                         scan.problem)
             fd = files.open(w.path, os.O_WRONLY)
             try:
