@@ -41,8 +41,8 @@ from typing import Final
 
 import trio
 
-from metadata.directory import (
-    _acquire_lock, _list_dir, _now_ms, _recover, _segment_name, _write_and_fsync, apply_retention, write_snapshot_file,
+from metadata.directory_files import (
+    acquire_lock, apply_retention, list_dir, now_ms, recover, segment_name, write_and_fsync, write_snapshot_file,
 )
 from metadata.files import OS_FILES, OsFiles
 from metadata.record_batch import encode_batch, scan_batches, set_base_offset
@@ -70,7 +70,7 @@ def hold_directory(path: str | os.PathLike[str], files: OsFiles = OS_FILES) -> i
     if not files.exists(path):
         files.mkdir(path)
         files.fsync_dir(path.parent)
-    return _acquire_lock(files, path)
+    return acquire_lock(files, path)
 
 
 class _Position:
@@ -147,7 +147,7 @@ class SharedDirectoryStore(MetadataStore):
         return state
 
     def _load_blocking(self) -> LoadedState:
-        recovered = _recover(self._files, self._path)  # cuts a torn tail, sets a bad snapshot aside
+        recovered = recover(self._files, self._path)  # cuts a torn tail, sets a bad snapshot aside
         next_offset = recovered.next_offset
         last = recovered.segments[-1] if recovered.segments else None
         if last is None or last.next_offset != next_offset:
@@ -162,7 +162,7 @@ class SharedDirectoryStore(MetadataStore):
         return recovered.state
 
     def _roll(self, base: int) -> Path:
-        path = self._path / _segment_name(base)
+        path = self._path / segment_name(base)
         fd = self._files.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._files.close(fd)
         self._files.fsync_dir(self._path)
@@ -203,7 +203,7 @@ class SharedDirectoryStore(MetadataStore):
         the others' batches, cutting a torn tail (unacknowledged bytes of a dead writer)."""
         files, w = self._files, self._writer
         assert w is not None
-        segments, _snapshots = _list_dir(files, self._path, read_only=True)
+        segments, _snapshots = list_dir(files, self._path, read_only=True)
         last = segments[-1]
         if last.base_offset != w.base:
             w.base, w.path, w.pos, w.next = last.base_offset, last.path, 0, last.base_offset
@@ -239,7 +239,7 @@ class SharedDirectoryStore(MetadataStore):
         data = b"".join(batches)
         fd = self._files.open(w.path, os.O_WRONLY | os.O_APPEND)
         try:
-            _write_and_fsync(self._files, fd, data)
+            write_and_fsync(self._files, fd, data)
         finally:
             self._files.close(fd)
         w.pos += len(data)
@@ -250,7 +250,7 @@ class SharedDirectoryStore(MetadataStore):
         self._require_open()
         if not records:
             raise ValueError("append() needs at least one record")
-        batch = encode_batch([encode_record(r) for r in records], timestamp_ms=_now_ms(), epoch=0)
+        batch = encode_batch([encode_record(r) for r in records], timestamp_ms=now_ms(), epoch=0)
         result: list = []
         self._pending.append((batch, len(records), result))
         try:
@@ -306,7 +306,7 @@ class SharedDirectoryStore(MetadataStore):
     def _snapshot_blocking(self, records: tuple[MetadataRecord, ...], end: int) -> bool:
         files = self._files
         self._catch_up_writer()
-        _segments, snapshots = _list_dir(files, self._path, read_only=True)
+        _segments, snapshots = list_dir(files, self._path, read_only=True)
         if snapshots and snapshots[-1].end_offset >= end:
             return False  # another worker's is as new
         write_snapshot_file(files, self._path, records, end, 0)
@@ -314,7 +314,7 @@ class SharedDirectoryStore(MetadataStore):
         assert w is not None
         if w.pos > 0:
             w.base, w.path, w.pos = w.next, self._roll(w.next), 0
-        segments, snapshots = _list_dir(files, self._path, read_only=True)
+        segments, snapshots = list_dir(files, self._path, read_only=True)
         apply_retention(files, self._path, segments, snapshots)
         log.info("metadata snapshot written: end offset %d, %d records", end, len(records))
         return True
@@ -350,7 +350,7 @@ class SharedDirectoryStore(MetadataStore):
         assert r is not None
         out: list[CommittedBatch] = []
         while True:
-            segments, snapshots = _list_dir(files, self._path, read_only=True)  # before reading: see above
+            segments, snapshots = list_dir(files, self._path, read_only=True)  # before reading: see above
             if snapshots:
                 self._snapshot_end = max(self._snapshot_end, snapshots[-1].end_offset)
             size = os.fstat(self._reader_fd).st_size

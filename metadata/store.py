@@ -63,8 +63,10 @@ Snapshots are written to ``*.checkpoint.part``, fsynced, renamed, and the direct
 fsynced; a new segment is rolled at the same time so old segments can be deleted
 whole.  New files (segments, snapshots, the lock) are followed by a directory fsync.
 
-This module holds the interface; :mod:`metadata.directory` the local backend,
-:mod:`metadata.record_batch` and :mod:`metadata.snapshots` the file formats.
+This module holds the interface; :mod:`metadata.directory` the local backend (its files:
+:mod:`metadata.directory_files`; shared by the workers of ``kgw run --workers N``:
+:mod:`metadata.directory_shared`), :mod:`metadata.record_batch` and
+:mod:`metadata.snapshots` the file formats.
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ class Mutation:
 
 
 MUTATIONS = (
-    Mutation("metadata log: no fsync of appended batches", "metadata/directory.py",
-             "    _write_all(files, fd, data)\n    files.fsync(fd)", "    _write_all(files, fd, data)",
+    Mutation("metadata log: no fsync of appended batches", "metadata/directory_files.py",
+             "    write_all(files, fd, data)\n    files.fsync(fd)", "    write_all(files, fd, data)",
              ("tests/unit/metadata/test_power_loss.py",)),
     Mutation("metadata log: no directory fsync when a segment is rolled", "metadata/directory.py",
              "        try:\n            files.fsync_dir(self._path)\n        except BaseException:",

@@ -23,7 +23,8 @@ from kio.records.writers import write_batch
 from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
 import metadata.directory as metadata_log
-from metadata.directory import DirectoryMetadataStore, scan_batches
+from metadata.directory import DirectoryMetadataStore
+from metadata.record_batch import scan_batches
 from metadata.store import LoadedState, MetadataLogCorruptError, MetadataStoreBrokenError, MetadataStoreLockedError
 from metadata.record_batch import decode_batch
 from metadata.records import AccessControlEntryRecord, ConfigRecord, RemoveAccessControlEntryRecord, decode_record, encode_record
@@ -318,7 +319,7 @@ def gated_writes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], threading.
     """Record each group write's size; the first write waits for the gate to open."""
     writes: list[int] = []
     gate = threading.Event()
-    real_write = metadata_log._write_and_fsync
+    real_write = metadata_log.write_and_fsync
 
     def gated_write(files, fd: int, data: bytes) -> None:
         writes.append(len(data))
@@ -326,7 +327,7 @@ def gated_writes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], threading.
             gate.wait(10)
         real_write(files, fd, data)
 
-    monkeypatch.setattr(metadata_log, "_write_and_fsync", gated_write)
+    monkeypatch.setattr(metadata_log, "write_and_fsync", gated_write)
     return writes, gate
 
 
@@ -393,7 +394,7 @@ async def test_write_failure_breaks_the_store(tmp_path: Path, monkeypatch: pytes
 
     async with DirectoryMetadataStore(tmp_path) as store:
         await store.load()
-        monkeypatch.setattr(metadata_log, "_write_and_fsync", failing_write)
+        monkeypatch.setattr(metadata_log, "write_and_fsync", failing_write)
         with pytest.raises(MetadataStoreBrokenError, match="may or may not be durable"):
             await store.append([acl(0)])
         with pytest.raises(MetadataStoreBrokenError, match="must be reopened"):

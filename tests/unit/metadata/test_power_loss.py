@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import metadata.directory as metadata_log
+import metadata.directory_files as directory_files
 from metadata.directory import DirectoryMetadataStore
 from metadata.records import AccessControlEntryRecord, ConfigRecord, RemoveAccessControlEntryRecord, UserScramCredentialRecord
 from tests.support.sim_disk import PowerLoss, SimDisk
@@ -105,8 +106,8 @@ async def test_the_simulated_disk_sees_a_missing_fsync(monkeypatch, mutation):
     """The check of the check: with either fsync removed, some power loss loses an
     acknowledged change (a SIGKILL test cannot see this)."""
     if mutation == "no file fsync":
-        monkeypatch.setattr(metadata_log, "_write_and_fsync",
-                            lambda files, fd, data: metadata_log._write_all(files, fd, data))
+        for module in (metadata_log, directory_files):  # the log's appends and its snapshot files
+            monkeypatch.setattr(module, "write_and_fsync", directory_files.write_all)
     else:
         monkeypatch.setattr(SimDisk, "fsync_dir", lambda self, path: self._step())
     clean = SimDisk(ROOT)

@@ -1,0 +1,279 @@
+"""The directory metadata log's files: their names, listing, recovery, snapshot files,
+retention and the writer's lock - shared by the single gateway's store
+(:mod:`metadata.directory`) and the store the workers of ``kgw run --workers N`` share
+(:mod:`metadata.directory_shared`).  Every file operation goes through an
+:class:`~metadata.files.OsFiles` (tests put a simulated disk there).
+
+See :mod:`metadata.store` for the layout, durability and recovery rules.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from metadata.files import OS_FILES, OsFiles
+from metadata.records import MetadataRecord
+from metadata.record_batch import DecodedBatch, ScanResult, scan_batches
+from metadata.snapshots import decode_values, decode_snapshot, encode_snapshot
+from metadata.store import LoadedState, MetadataLogCorruptError, MetadataLogError, MetadataStoreLockedError
+
+logger = logging.getLogger("kgw.metadata.log")
+
+
+# ---------------------------------------------------------------------------
+# File names and small blocking helpers (run in worker threads)
+# ---------------------------------------------------------------------------
+
+_SEGMENT_RE: Final = re.compile(r"^(\d{20})\.log$")
+_SNAPSHOT_RE: Final = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
+_LOCK_NAME: Final = ".lock"
+PART_SUFFIX: Final = ".part"
+_CORRUPT_SUFFIX: Final = ".corrupt"
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}.log"
+
+
+def snapshot_name(end_offset: int, epoch: int) -> str:
+    return f"{end_offset:020d}-{epoch:010d}.checkpoint"
+
+
+def write_all(files: OsFiles, fd: int, data: bytes | bytearray | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        written = files.write(fd, view)
+        view = view[written:]
+
+
+def write_and_fsync(files: OsFiles, fd: int, data: bytes) -> None:
+    write_all(files, fd, data)
+    files.fsync(fd)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+
+
+# ---------------------------------------------------------------------------
+# Recovery
+# ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Segment:
+    base_offset: int
+    path: Path
+    next_offset: int = 0
+    size: int = 0
+    batches: list[DecodedBatch] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Snapshot:
+    end_offset: int
+    epoch: int
+    path: Path
+
+
+def list_dir(files: OsFiles, path: Path, read_only: bool = False) -> tuple[list[Segment], list[Snapshot]]:
+    segments: list[Segment] = []
+    snapshots: list[Snapshot] = []
+    for name in files.listdir(path):
+        entry = path / name
+        if entry.name.endswith(PART_SUFFIX):
+            if read_only:  # a snapshot the gateway is writing now
+                continue
+            logger.warning("removing incomplete snapshot %s left by a crash", entry)
+            files.unlink(entry)
+        elif match := _SEGMENT_RE.match(entry.name):
+            segments.append(Segment(int(match[1]), entry))
+        elif match := _SNAPSHOT_RE.match(entry.name):
+            snapshots.append(Snapshot(int(match[1]), int(match[2]), entry))
+    segments.sort(key=lambda s: s.base_offset)
+    snapshots.sort(key=lambda s: s.end_offset)
+    return segments, snapshots
+
+
+def _truncate_tail(files: OsFiles, segment: Segment, scan: ScanResult, file_size: int) -> None:
+    cut = file_size - scan.valid_bytes
+    logger.warning(
+        "metadata log %s: truncating torn/corrupt tail: cut %d byte(s) at file position %d "
+        "(log offset %d): %s",
+        segment.path,
+        cut,
+        scan.valid_bytes,
+        scan.next_offset,
+        scan.problem,
+    )
+    fd = files.open(segment.path, os.O_WRONLY)
+    try:
+        files.ftruncate(fd, scan.valid_bytes)
+        files.fsync(fd)
+    finally:
+        files.close(fd)
+
+
+def _scan_segment(files: OsFiles, segment: Segment, is_last: bool, read_only: bool = False) -> None:
+    data = files.read_bytes(segment.path)
+    scan = scan_batches(data, segment.base_offset)
+    if scan.problem is not None and not (is_last and read_only):  # read-only: a batch being written
+        if not is_last:
+            raise MetadataLogCorruptError(
+                f"sealed log segment {segment.path} is corrupt at file position "
+                f"{scan.valid_bytes} (log offset {scan.next_offset}): {scan.problem}; "
+                "refusing to drop acknowledged records"
+            )
+        _truncate_tail(files, segment, scan, len(data))
+    segment.batches = scan.batches
+    segment.next_offset = scan.next_offset
+    segment.size = scan.valid_bytes
+
+
+def _log_records_from(segments: list[Segment], start: int) -> list[MetadataRecord]:
+    """Records with offset >= ``start``, checking there is no gap from ``start`` on."""
+    records: list[MetadataRecord] = []
+    expected = start
+    for segment in segments:
+        for batch in segment.batches:
+            if batch.next_offset <= start:
+                continue
+            if batch.base_offset > expected:
+                raise MetadataLogCorruptError(
+                    f"metadata log has a gap: records {expected}..{batch.base_offset - 1} "
+                    f"are missing (next found in {segment.path})"
+                )
+            skip = max(start - batch.base_offset, 0)
+            values = (value for _, value in batch.entries[skip:])
+            records.extend(decode_values(values, f"log segment {segment.path}"))
+            expected = batch.next_offset
+    return records
+
+
+@dataclass(slots=True)
+class Recovered:
+    state: LoadedState
+    segments: list[Segment]
+    snapshots: list[Snapshot]
+    next_offset: int
+
+
+def _choose_snapshot(
+    files: OsFiles, segments: list[Segment], snapshots: list[Snapshot], read_only: bool = False
+) -> tuple[list[MetadataRecord], int, list[MetadataRecord], list[Snapshot]]:
+    """Newest valid snapshot + log after it; corrupt snapshots are set aside (read-only: skipped)."""
+    candidates = list(reversed(snapshots))
+    while candidates:
+        snap = candidates[0]
+        try:
+            snap_records = decode_snapshot(files.read_bytes(snap.path), snap.path.name)
+        except MetadataLogCorruptError as exc:
+            if read_only:
+                candidates.pop(0)
+                continue
+            aside = snap.path.with_name(snap.path.name + _CORRUPT_SUFFIX)
+            logger.warning("%s; falling back to the previous snapshot, moved to %s", exc, aside)
+            files.rename(snap.path, aside)
+            candidates.pop(0)
+            continue
+        log_records = _log_records_from(segments, snap.end_offset)
+        return snap_records, snap.end_offset, log_records, list(reversed(candidates))
+    first_base = segments[0].base_offset if segments else 0
+    if first_base > 0:
+        raise MetadataLogCorruptError(
+            f"no usable snapshot and the log starts at offset {first_base}: "
+            f"records 0..{first_base - 1} cannot be recovered"
+        )
+    return [], 0, _log_records_from(segments, 0), []
+
+
+def recover(files: OsFiles, path: Path, read_only: bool = False) -> Recovered:
+    segments, snapshots = list_dir(files, path, read_only)
+    for index, segment in enumerate(segments):
+        _scan_segment(files, segment, is_last=index == len(segments) - 1, read_only=read_only)
+    snap_records, start, log_records, snapshots = _choose_snapshot(files, segments, snapshots, read_only)
+    log_end = segments[-1].next_offset if segments else 0
+    next_offset = max(start + len(log_records), log_end)
+    state = LoadedState(tuple(snap_records), start, tuple(log_records), next_offset - 1)
+    return Recovered(state, segments, snapshots, next_offset)
+
+
+def read_log_state(path: Path, files: OsFiles = OS_FILES, attempts: int = 3) -> LoadedState:
+    """What the log at ``path`` holds durably now, read without its lock and changing nothing:
+    for tools that look while a gateway writes (``kgw acls list``).  A batch being appended is
+    left out; a segment or snapshot removed by retention while being read makes it read again."""
+    if not files.exists(path):
+        raise MetadataLogError(f"metadata log directory {path} does not exist")
+    for attempt in range(attempts):
+        try:
+            return recover(files, path, read_only=True).state
+        except (FileNotFoundError, MetadataLogCorruptError):
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+
+
+def acquire_lock(files: OsFiles, path: Path) -> int:
+    lock_path = path / _LOCK_NAME
+    created = not files.exists(lock_path)
+    fd = files.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        files.lock(fd)
+    except OSError as exc:
+        holder = files.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        files.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise MetadataStoreLockedError(
+                f"metadata log directory {path} is locked by another kgw process "
+                f"(pid {holder}); only one gateway may write a directory store"
+            ) from None
+        raise
+    files.ftruncate(fd, 0)
+    files.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    if created:
+        files.fsync_dir(path)
+    return fd
+
+
+
+def write_snapshot_file(files: OsFiles, directory: Path, records: Sequence[MetadataRecord], end_offset: int,
+                        epoch: int) -> Path:
+    """Write a snapshot durably: ``.part``, fsync, rename, directory fsync (no half snapshot
+    ever has the final name).  Returns its path."""
+    data = encode_snapshot(records, epoch=epoch, timestamp_ms=now_ms())
+    final = directory / snapshot_name(end_offset, epoch)
+    part = final.with_name(final.name + PART_SUFFIX)
+    fd = files.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_and_fsync(files, fd, data)
+    finally:
+        files.close(fd)
+    files.rename(part, final)
+    files.fsync_dir(directory)
+    return final
+
+
+def apply_retention(files: OsFiles, directory: Path, segments: list[Segment], snapshots: list[Snapshot]) -> None:
+    """Keep the newest two snapshots and the log back to the older of them (the lists, sorted
+    oldest first, are trimmed to what is kept)."""
+    if len(snapshots) < 2:
+        return
+    keep_from = snapshots[-2].end_offset
+    for old in snapshots[:-2]:
+        files.unlink(old.path)
+    del snapshots[:-2]
+    while len(segments) > 1 and segments[1].base_offset <= keep_from:
+        files.unlink(segments.pop(0).path)
+    files.fsync_dir(directory)
