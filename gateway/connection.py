@@ -70,6 +70,8 @@ __all__ = ["ClientConnection", "CloseConnection", "SLOW"]
 log = logging.getLogger("kgw.connection")
 _I32 = struct.Struct(">i")
 _RECV = 256 * 1024
+#: how long a refused login's connection waits for the client to close first
+_LINGER_AFTER_REFUSAL_S = 1.0
 _RECV_INTO_MIN = 64 * 1024
 _MAX_RESPONSE = (1 << 31) - 1
 
@@ -143,6 +145,8 @@ class ClientConnection(SaslSteps, ConnectionCore):
             for e in group.exceptions:
                 self.metrics.errors.labels(self.listener_name, "-", e.metric).inc()
                 log.info("closing client connection: %s", e, extra=self.log_fields())
+            if any(e.answered for e in group.exceptions):
+                await self._let_client_close_first()
         except* (trio.BrokenResourceError, trio.ClosedResourceError):
             log.debug("client connection broken", extra=self.log_fields())
         finally:
@@ -248,6 +252,19 @@ class ClientConnection(SaslSteps, ConnectionCore):
                     pass
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+
+    async def _let_client_close_first(self) -> None:
+        """After a refused login (answered): give the client up to a second to read the refusal
+        and close first, discarding whatever it sends.  Closing at once puts the end of the
+        stream right behind the answer, and kafka-python 3.0 drops an answer it reads together
+        with the end of the stream: it reported "socket disconnected" instead of the SASL error
+        (seen in CI).  Nothing more is read as a request; the wait holds no thread."""
+        with trio.move_on_after(_LINGER_AFTER_REFUSAL_S):
+            try:
+                while await self.stream.receive_some(_RECV):
+                    pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
 
     async def _until_answered(self) -> None:
         """Draining on Trio: send what was accepted for the upstream, wait for every answer."""

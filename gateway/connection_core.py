@@ -57,9 +57,12 @@ _API_VERSIONS = object()
 class CloseConnection(Exception):
     """Ends this client connection; the message says why."""
 
-    def __init__(self, reason: str, metric: str = "protocol") -> None:
+    def __init__(self, reason: str, metric: str = "protocol", *, answered: bool = False) -> None:
         super().__init__(reason)
         self.metric = metric
+        #: the client was sent an answer saying why (a refused login): let it read it (see
+        #: ClientConnection._let_client_close_first)
+        self.answered = answered
 
 
 def next_request(decoder: FrameDecoder) -> memoryview | object:

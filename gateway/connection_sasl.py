@@ -57,7 +57,8 @@ class SaslSteps:
             self._authenticated_now()
             log.info("authenticated as %s with %s", self.principal, session.mechanism, extra=self.log_fields(header))
         if close:
-            raise CloseConnection(f"SASL authentication failed: {session.failure_reason}", "authentication")
+            raise CloseConnection(f"SASL authentication failed: {session.failure_reason}", "authentication",
+                                  answered=True)
 
     async def _failed_authentication_delay(self) -> None:
         """Kafka's connection.failed.authentication.delay.ms: the failure is answered (and the

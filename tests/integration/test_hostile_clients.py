@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import select
 import socket
 import struct
 import time
@@ -27,7 +28,7 @@ from kio.static.primitive import i8, i16, i32, i64
 
 from authz.credentials import PlainCredential
 from gateway.upstream import encode_request
-from protocol.codecs import make, nested, request_class
+from protocol.codecs import decode_response, make, nested, request_class
 from tests.support.acls import seed_acls
 from tests.support.ports import HOST, free_port, free_port_base
 from tests.support.raw_kafka import RawConnection, call
@@ -306,6 +307,35 @@ def test_a_failed_login_is_answered_only_after_the_delay(start_gateway, tansu):
     assert conn.call(17, 1, request_class(17, 1)(mechanism="PLAIN")).error_code == 0
     assert conn.call(36, 2, request_class(36, 2)(auth_bytes=b"\x00paul\x00paul-pw")).error_code == 0
     conn.close()
+
+
+def test_a_refused_login_is_readable_before_the_connection_ends(start_gateway, tansu):
+    """kgw does not end the stream right behind a refused login's answer: kafka-python 3.0
+    drops an answer it reads together with the end of the stream (CI saw "socket
+    disconnected" instead of the SASL error).  It waits (at most a second) for the client to
+    close first, answering nothing more, then closes itself."""
+    gw = _sasl_gateway(start_gateway, "linger", {"failed_authentication_delay_ms": 100})
+
+    def refused() -> RawConnection:
+        conn = RawConnection(gw.bootstrap)
+        assert conn.call(17, 1, request_class(17, 1)(mechanism="PLAIN")).error_code == 0
+        assert conn.call(36, 2, request_class(36, 2)(auth_bytes=b"\x00paul\x00wrong")).error_code == 58
+        return conn
+
+    conn = refused()
+    ended = select.poll()
+    ended.register(conn.sock, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+    assert ended.poll(300) == [], "kgw ended the stream right behind the refusal"
+    conn.close()  # the client closes first, as kafka-python does once it has read the refusal
+    # a client that stays, and even sends more: nothing is answered, and kgw closes in time
+    conn = refused()
+    conn.sock.sendall(encode_request(18, 0, 9, request_class(18, 0)()) * 50)
+    received = b""
+    while chunk := conn.sock.recv(65536):  # until kgw closes (the socket's timeout fails the test)
+        received += chunk
+    assert received == b""
+    conn.close()
+    assert "SASL authentication failed" in gw.stderr_path.read_text()
 
 
 # ----------------------------------------------------------------- version ranges
