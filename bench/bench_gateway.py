@@ -369,12 +369,13 @@ def _api_versions_request(correlation_id: int) -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock: socket.socket, n: int,
+                what: str = "gateway closed an idle connection during its ApiVersions round trip") -> bytes:
     buf = bytearray()
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
         if not chunk:
-            raise BenchError("gateway closed an idle connection during its ApiVersions round trip")
+            raise BenchError(what)
         buf += chunk
     return bytes(buf)
 

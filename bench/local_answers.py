@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_gateway import HOST, create_topics, scratch, start_kgw, start_tansu  # noqa: E402
+from bench_gateway import HOST, _recv_exact, create_topics, scratch, start_kgw, start_tansu  # noqa: E402
 from kio.static.primitive import i32  # noqa: E402
 
 from gateway.upstream import encode_request  # noqa: E402
@@ -48,13 +48,7 @@ def api_versions_frame(correlation_id: int) -> bytes:
 
 
 def _exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("kgw closed the probe connection")
-        buf += chunk
-    return bytes(buf)
+    return _recv_exact(sock, n, "kgw closed the probe connection")
 
 
 def load(port: int, topic: str, connections: int, seconds: float, out) -> None:

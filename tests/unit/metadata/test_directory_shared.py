@@ -8,6 +8,7 @@ processes themselves are exercised in tests/integration/test_workers.py.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import uuid
@@ -33,6 +34,21 @@ async def opened(path, snapshot_every: int = 10**9) -> MetadataImage:
     image = MetadataImage(SharedDirectoryStore(path), snapshot_every=snapshot_every)
     await image.load()
     return image
+
+
+@contextlib.asynccontextmanager
+async def workers(path, *snapshot_every: int):
+    """One following image per argument (what each worker holds), closed at the end."""
+    images = [await opened(path, every) for every in snapshot_every]
+    try:
+        async with trio.open_nursery() as nursery:
+            for image in images:
+                await nursery.start(image.follow)
+            yield images
+            nursery.cancel_scope.cancel()
+    finally:
+        for image in images:
+            await image.store.aclose()
 
 
 async def until_offset(images, offset: int) -> None:
@@ -65,10 +81,7 @@ def log_dir(tmp_path):
 
 @bounded
 async def test_two_workers_writing_at_once_get_one_order_and_read_their_own_writes(log_dir):
-    async with trio.open_nursery() as nursery:
-        a, b = await opened(log_dir), await opened(log_dir)
-        for image in (a, b):
-            await nursery.start(image.follow)
+    async with workers(log_dir, 10**9, 10**9) as (a, b):
         offsets = {a: [], b: []}
 
         async def writer(image: MetadataImage, name: str) -> None:
@@ -88,17 +101,11 @@ async def test_two_workers_writing_at_once_get_one_order_and_read_their_own_writ
         assert sorted(offsets[a] + offsets[b]) == list(range(160))
         recovered = read_log_state(log_dir)
         assert recovered.last_offset == 159 and len(list(recovered.records())) == 160
-        nursery.cancel_scope.cancel()
-    for image in (a, b):
-        await image.store.aclose()
 
 
 @bounded
 async def test_a_dead_writers_torn_tail_is_cut_by_the_next_writer_and_never_applied(log_dir):
-    async with trio.open_nursery() as nursery:
-        a, b = await opened(log_dir), await opened(log_dir)
-        for image in (a, b):
-            await nursery.start(image.follow)
+    async with workers(log_dir, 10**9, 10**9) as (a, b):
         await a.append([ConfigRecord(resource_type=4, resource_name="", name="x", value="1")])
         await until_offset((b,), 0)
         segment = sorted(p for p in log_dir.iterdir() if p.suffix == ".log")[-1]
@@ -110,18 +117,11 @@ async def test_a_dead_writers_torn_tail_is_cut_by_the_next_writer_and_never_appl
         assert a.configs[(4, "")] == b.configs[(4, "")] == {"x": "2"}
         data = segment.read_bytes()
         assert b"half a batch" not in data and len(data) > good
-        nursery.cancel_scope.cancel()
-    for image in (a, b):
-        await image.store.aclose()
 
 
 @bounded
 async def test_a_snapshot_by_one_worker_rolls_the_log_the_others_follow_and_a_new_one_starts_from_it(log_dir):
-    async with trio.open_nursery() as nursery:
-        a = await opened(log_dir, snapshot_every=25)
-        b = await opened(log_dir)
-        for image in (a, b):
-            await nursery.start(image.follow)
+    async with workers(log_dir, 25, 10**9) as (a, b):
         for round_ in range(4):  # four snapshots: retention deletes the oldest
             for i in range(30):
                 image = a if i % 2 else b
@@ -132,30 +132,22 @@ async def test_a_snapshot_by_one_worker_rolls_the_log_the_others_follow_and_a_ne
         assert b.store.records_since_snapshot < 30  # b learned of a's snapshots
         segments = sorted(p for p in log_dir.iterdir() if p.suffix == ".log")
         assert int(segments[0].stem) > 0  # the log before the older snapshot is gone
-        c = await opened(log_dir)
-        await nursery.start(c.follow)
-        assert c.offset == 119 and state(c) == state(a) == state(b) and len(c.acls) == 120
-        await b.write_acls({}, [next(iter(b.acls))])
-        await until_offset((a, b, c), 120)
-        assert state(a) == state(b) == state(c) and len(c.acls) == 119
-        nursery.cancel_scope.cancel()
-    for image in (a, b, c):
-        await image.store.aclose()
+        async with workers(log_dir, 10**9) as (c,):  # a worker started now loads from the snapshot
+            assert c.offset == 119 and state(c) == state(a) == state(b) and len(c.acls) == 120
+            await b.write_acls({}, [next(iter(b.acls))])
+            await until_offset((a, b, c), 120)
+            assert state(a) == state(b) == state(c) and len(c.acls) == 119
 
 
 @bounded
 async def test_the_supervisors_lock_keeps_any_other_writer_out_and_the_format_is_the_directory_logs(tmp_path):
     path = tmp_path / "md"
     lock = hold_directory(path)
-    async with trio.open_nursery() as nursery:
-        a = await opened(path)
-        await nursery.start(a.follow)
+    async with workers(path, 10**9) as (a,):
         await a.write_acls({uuid.uuid4(): binding("t")}, [])
         await a.append([ConfigRecord(resource_type=4, resource_name="", name="super.users", value="User:admin")])
         with pytest.raises(MetadataStoreLockedError, match="locked by another kgw process"):
             await DirectoryMetadataStore(path).load()  # `kgw acls add`, or a second gateway
-        nursery.cancel_scope.cancel()
-    await a.store.aclose()
     os.close(lock)  # the supervisor stopped: one gateway (or kgw acls) takes the log over as it is
     single = MetadataImage(DirectoryMetadataStore(path))
     await single.load()
