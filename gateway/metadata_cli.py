@@ -1,5 +1,7 @@
 """``kgw metadata export`` / ``import``: the metadata state as a JSON document (a backup,
-and the way from the directory backend to the shared Kafka topic; :mod:`metadata.transfer`).
+and the way from the directory backend to the shared Kafka topic; :mod:`metadata.transfer`);
+``kgw metadata ls`` / ``cat``: Kafka's metadata-shell commands over kgw's view of the log
+(:mod:`metadata.shell`).
 
 Both open the store the way ``kgw acls`` does: a directory log only while no gateway uses
 it, the shared Kafka log at any time (an import is then ordered with the gateways' own
@@ -19,6 +21,7 @@ import trio
 
 from gateway.metadata_backend import metadata_location, offline_image
 from metadata.records import AccessControlEntryRecord, ConfigRecord, UserScramCredentialRecord
+from metadata.shell import NoSuchNode, dump_records, list_children, value_at
 from metadata.store import MetadataLogError
 from metadata.transfer import MetadataDocumentError, export_document, parse_document, plan_import
 
@@ -65,10 +68,26 @@ async def _import(args, records) -> int:
     return 0
 
 
+async def _shell(args) -> int:
+    """``ls`` / ``cat``: Kafka's metadata shell commands over kgw's view (metadata/shell.py)."""
+    config, data_dir = metadata_location(args.config, args.data_dir)
+    async with offline_image(config, data_dir, read_only=True) as image:
+        dump = dump_records(image.records())
+    path = "/" if args.file == "-" else args.file
+    try:
+        print(value_at(dump, path) if args.action == "cat" else "\n".join(list_children(dump, path)))
+    except NoSuchNode as e:
+        print(f"kgw metadata {args.action}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def cmd_metadata(args) -> int:
     try:
         if args.action == "export":
             return trio.run(_export, args)
+        if args.action in ("ls", "cat"):
+            return trio.run(_shell, args)
         try:
             text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
             records = parse_document(json.loads(text))
@@ -86,9 +105,13 @@ def register(sub) -> None:
                        description="export: print the state as a JSON document (a backup; sorted, so equal states "
                        "give equal files). import: make the metadata log hold what a document holds - what is "
                        "missing is added, and with --replace what the document lacks is removed. Moves state from "
-                       "the directory backend to the Kafka one: export --data-dir, import --config.")
-    p.add_argument("action", choices=["export", "import"])
-    p.add_argument("file", nargs="?", default="-", help="import: the document ('-' for standard input)")
+                       "the directory backend to the Kafka one: export --data-dir, import --config. ls PATH / cat "
+                       "PATH: Kafka's metadata shell commands over the same view as 'kgw acls dump' (/acl/id/<uuid>, "
+                       "/configs/<type>/<name>/<key>; SCRAM credentials are not shown), read-only, also while a "
+                       "gateway runs.")
+    p.add_argument("action", choices=["export", "import", "ls", "cat"])
+    p.add_argument("file", nargs="?", default="-",
+                   help="import: the document ('-' for standard input); ls, cat: the path (ls: / by default)")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--config", help="gateway YAML (its metadata section: the directory or the Kafka topic)")
     where.add_argument("--data-dir", help="the metadata log directory")

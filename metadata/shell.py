@@ -133,3 +133,36 @@ def render(dump: Mapping[str, Any] | LoadedState) -> str:
         text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
         lines.append(f"{path}: {text}")
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+class NoSuchNode(LookupError):
+    """A path that names nothing in the view (or a directory where a value is wanted)."""
+
+
+def _normal(path: str) -> str:
+    path = "/" + path.strip().strip("/")
+    return path if path != "/" else "/"
+
+
+def list_children(dump: Mapping[str, Any], path: str = "/") -> list[str]:
+    """``ls PATH`` of the metadata shell: the names directly under ``path`` (sorted); a path that
+    names a value lists its own name, as a shell lists a file."""
+    path = _normal(path)
+    if path in dump:
+        return [path.rsplit("/", 1)[1]]
+    prefix = path if path.endswith("/") else path + "/"
+    children = sorted({key[len(prefix):].split("/", 1)[0] for key in dump if key.startswith(prefix)})
+    if not children and path != "/":
+        raise NoSuchNode(f"{path}: no such node")
+    return children
+
+
+def value_at(dump: Mapping[str, Any], path: str) -> str:
+    """``cat PATH``: the value there, an ACL as indented JSON."""
+    path = _normal(path)
+    if path not in dump:
+        if list_children(dump, path):
+            raise NoSuchNode(f"{path}: is a directory (ls it)")
+        raise NoSuchNode(f"{path}: no such node")
+    value = dump[path]
+    return value if isinstance(value, str) else json.dumps(value, indent=2)

@@ -114,3 +114,23 @@ def test_bad_documents_are_refused_naming_the_problem(tmp_path, capsys):
         code, out, err = run(capsys, "metadata", "import", str(f), "--data-dir", d)
         assert code == 2 and message in err, (text, err)
     assert not (tmp_path / "m").exists()  # nothing was written, not even a directory
+
+
+def test_ls_and_cat_walk_the_metadata_shell_view(tmp_path, capsys):
+    """#13: Kafka's metadata-shell commands over kgw's log (read-only; SCRAM keys never shown)."""
+    d = str(tmp_path / "md")
+    _seed(capsys, d)
+    assert run(capsys, "metadata", "ls", "--data-dir", d) == (0, "acl\nconfigs\n", "")
+    code, out, _ = run(capsys, "metadata", "ls", "/acl/id", "--data-dir", d)
+    ids = out.split()
+    assert code == 0 and len(ids) == 2 and all(len(i) == 22 for i in ids)  # Kafka's Uuid.toString()
+    acls = [json.loads(run(capsys, "metadata", "cat", f"/acl/id/{i}", "--data-dir", d)[1]) for i in ids]
+    assert sorted((a["principal"], a["resourceName"], a["permissionType"]) for a in acls) == \
+        [("User:alice", "orders-", "ALLOW"), ("User:bob", "audit", "DENY")]
+    assert run(capsys, "metadata", "ls", "/configs/broker", "--data-dir", d)[1] == "<default>\n"
+    assert run(capsys, "metadata", "cat", "/configs/broker/<default>/listener.name.sasl.max.connections",
+               "--data-dir", d)[:2] == (0, "50\n")
+    code, out, err = run(capsys, "metadata", "cat", "/configs", "--data-dir", d)
+    assert (code, out) == (2, "") and "/configs: is a directory" in err
+    code, out, err = run(capsys, "metadata", "ls", "/scram", "--data-dir", d)
+    assert (code, out) == (2, "") and "/scram: no such node" in err
