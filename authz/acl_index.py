@@ -16,6 +16,7 @@ Layout, for one resource type (a ``_Section``)::
     groups    : {(principal, host, op) -> (StandardAcl, ...)}   # KIP-679 only
 
     Bucket = {(principal text, host text) -> (StandardAcl, ...)}
+             or, for a name with a single ACL, that StandardAcl itself
 
 To find the ACLs that may apply to resource name ``n`` the authorizer does a
 dict lookup of ``n`` in ``literal``, one dict lookup of ``n[:k]`` in
@@ -181,7 +182,35 @@ class StandardAcl:
     __repr__ = __str__
 
 
-Bucket = Mapping[tuple[str, str], tuple[StandardAcl, ...]]
+#: The ACLs of one (pattern type, resource name): ``{(principal, host) -> (StandardAcl, ...)}``, or,
+#: when it holds a single ACL, that ``StandardAcl`` itself.  Most names carry one ACL, and a dict
+#: plus a one-element tuple per name were 30 MB of 100,000 such ACLs (issue 17).
+Bucket = Mapping[tuple[str, str], tuple[StandardAcl, ...]] | StandardAcl
+
+
+def bucket_acls(bucket: Bucket, key: tuple[str, str]) -> tuple[StandardAcl, ...]:
+    """The ACLs of ``bucket`` under ``(principal, host)``."""
+    if type(bucket) is StandardAcl:
+        return (bucket,) if (bucket.principal, bucket.host) == key else ()
+    return bucket.get(key, ())  # type: ignore[union-attr]
+
+
+def bucket_all(bucket: Bucket) -> Iterator[StandardAcl]:
+    """Every ACL of ``bucket``."""
+    if type(bucket) is StandardAcl:
+        yield bucket
+    else:
+        for acls in bucket.values():  # type: ignore[union-attr]
+            yield from acls
+
+
+def _compact(bucket: dict[tuple[str, str], tuple[StandardAcl, ...]]) -> Bucket:
+    """A bucket in its stored form: one ACL alone is stored as itself."""
+    if len(bucket) == 1:
+        (acls,) = bucket.values()
+        if len(acls) == 1:
+            return acls[0]
+    return bucket
 
 
 _GroupKey = tuple[str, str, AclOperation]
@@ -339,7 +368,7 @@ class AclIndex:
         bucket = table.get(acl.resource_name)
         if bucket is None:
             return False
-        return any(other.value_key == acl.value_key for other in bucket.get(acl.bucket_key, ()))
+        return any(other.value_key == acl.value_key for other in bucket_acls(bucket, acl.bucket_key))
 
     def matching(self, binding_filter: AclBindingFilter) -> Iterator[tuple[uuid.UUID, StandardAcl]]:
         """(id, acl) pairs matching the filter (Kafka's ``AclBindingFilter`` matching).
@@ -443,8 +472,8 @@ def _build_section(acls: list[StandardAcl]) -> _Section:
     for name in prefixed:
         prefix_counts[len(name)] = prefix_counts.get(len(name), 0) + 1
     return _Section(
-        ShardedMap.of((n, {p: tuple(v) for p, v in b.items()}) for n, b in literal.items()),
-        ShardedMap.of((n, {p: tuple(v) for p, v in b.items()}) for n, b in prefixed.items()),
+        ShardedMap.of((n, _compact({p: tuple(v) for p, v in b.items()})) for n, b in literal.items()),
+        ShardedMap.of((n, _compact({p: tuple(v) for p, v in b.items()})) for n, b in prefixed.items()),
         prefix_counts,
         ShardedMap.of((k, len(v)) for k, v in groups.items()),
         ShardedMap.of((k, GroupSummary(v)) for k, v in groups.items()),
@@ -483,7 +512,12 @@ def _changed_section(old: _Section | None, adds: list[StandardAcl], drops: list[
         for acl in to_add:
             per_key.setdefault(acl.bucket_key, []).append(acl)
         before = table.get(name)
-        bucket = dict(before or {})
+        if before is None:
+            bucket = {}
+        elif type(before) is StandardAcl:
+            bucket = {before.bucket_key: (before,)}
+        else:
+            bucket = dict(before)
         touched_keys = set(per_key) | {k for k, acls in bucket.items() if any(id(x) in to_drop for x in acls)}
         for key in touched_keys:
             kept = [a for a in bucket.get(key, ()) if id(a) not in to_drop]
@@ -493,7 +527,7 @@ def _changed_section(old: _Section | None, adds: list[StandardAcl], drops: list[
             else:
                 bucket.pop(key, None)
         if bucket:
-            table_sets[pattern_type][name] = bucket
+            table_sets[pattern_type][name] = _compact(bucket)
         elif before is not None:
             table_removes[pattern_type].append(name)
         if pattern_type is _PREFIXED and bool(bucket) != (before is not None):
@@ -550,5 +584,4 @@ def _candidates_in(section: _Section, name: str | None, pattern_type: PatternTyp
             if bucket is not None:
                 tables.append(bucket)
     for bucket in tables:
-        for acls in bucket.values():
-            yield from acls
+        yield from bucket_all(bucket)

@@ -174,6 +174,7 @@ def _decide(data: "_Data", principal_key: str, host: str, action: Action) -> Mat
         # The (principal, host) keys that may apply, looked up in each bucket.
         if principal_key == WILDCARD_PRINCIPAL_KEY:
             keys = ((principal_key, host), (principal_key, WILDCARD_HOST))
+            principals: tuple[str, ...] = (principal_key,)
         else:
             keys = (
                 (principal_key, host),
@@ -181,6 +182,8 @@ def _decide(data: "_Data", principal_key: str, host: str, action: Action) -> Mat
                 (WILDCARD_PRINCIPAL_KEY, host),
                 (WILDCARD_PRINCIPAL_KEY, WILDCARD_HOST),
             )
+            principals = (principal_key, WILDCARD_PRINCIPAL_KEY)
+        hosts = (host, WILDCARD_HOST)
         allow_ops = _ALLOW_OPS_FOR[op]
         deny_ops = _DENY_OPS_FOR[op]
         has_acls = False
@@ -191,6 +194,16 @@ def _decide(data: "_Data", principal_key: str, host: str, action: Action) -> Mat
             buckets.append(wildcard)  # visited last (step 7)
         for bucket in buckets:
             has_acls = True
+            if type(bucket) is StandardAcl:  # a name with one ACL (acl_index.Bucket): the same test
+                acl = bucket
+                if acl.principal in principals and acl.host in hosts:
+                    if acl.is_deny:
+                        if acl.operation in deny_ops:
+                            rule = _rule_of(acl)
+                            break
+                    elif acl.operation in allow_ops:
+                        allow = acl
+                continue
             for key in keys:
                 for acl in bucket.get(key, ()):
                     if acl.is_deny:

@@ -93,3 +93,25 @@ def test_small_maps_stay_small_and_big_ones_reshard_as_they_grow():
     assert len(m) == 5000 and all(m[i] == i for i in range(5000))
     assert 5000 / len(m.shards) <= 4 * 128, "a map that grew one key at a time must have re-sharded"
     assert len(ShardedMap.of({i: i for i in range(100_000)}).shards) == 1024
+
+
+def test_a_name_with_one_acl_is_stored_as_that_acl_and_changes_form_as_acls_come_and_go():
+    """Memory (issue 17): a dict and a one-element tuple per resource name were 30 MB of 100,000
+    ACLs that each name their own topic; a lone ACL is its own bucket."""
+    from authz.acl import ResourceType
+
+    a, b = _acl("orders", False, False), _acl("orders", False, True, "User:bob")
+    ids = {a: uuid.uuid4(), b: uuid.uuid4()}
+
+    def stored(index: AclIndex):
+        section = index.section(ResourceType.TOPIC)
+        return None if section is None else section.literal.get("orders")
+
+    one = AclIndex.build({ids[a]: a})
+    assert stored(one) is a
+    two = one.with_added({ids[b]: b})
+    assert isinstance(stored(two), dict) and set(stored(two)) == {("User:alice", "*"), ("User:bob", "*")}
+    assert AclIndex.build({ids[a]: a, ids[b]: b}).section(ResourceType.TOPIC).literal.get("orders") == stored(two)
+    back = two.with_removed([ids[b]])
+    assert stored(back) is a and back.contains_value(a) and not back.contains_value(b)
+    assert stored(back.with_removed([ids[a]])) is None
