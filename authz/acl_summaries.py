@@ -80,8 +80,9 @@ class GroupSummary:
             self.survivor_literals = tuple(n for n in self.allow_literals
                                            if n not in deny_lit and not _has_prefix_in(n, deny_pre, lengths))
             self.survivor_prefixes = tuple(n for n in self.allow_prefixes if not _has_prefix_in(n, deny_pre, lengths))
-        else:
-            self.survivor_literals = tuple(n for n in self.allow_literals if n not in deny_lit)
+        else:  # without DENY literals every ALLOW literal survives: the same tuple, not a copy
+            self.survivor_literals = tuple(n for n in self.allow_literals if n not in deny_lit) if deny_lit \
+                else self.allow_literals
             self.survivor_prefixes = self.allow_prefixes
 
     def _literal_survives(self, name: str) -> bool:

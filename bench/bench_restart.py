@@ -41,7 +41,7 @@ def time_to_ready(kgw: str, config: Path) -> tuple[float, int]:
             if line.strip() == "ready":
                 elapsed = time.monotonic() - started
                 with open(f"/proc/{proc.pid}/statm") as f:
-                    rss_mb = int(f.read().split()[1]) * 4096 // 2**20
+                    rss_mb = int(f.read().split()[1]) * 4096 / 2**20
                 return elapsed, rss_mb
         raise RuntimeError("kgw exited before ready")
     finally:
@@ -68,7 +68,7 @@ def main() -> None:
             "metadata": {"path": str(work / "meta")}}))  # JSON is YAML
         for run in range(args.runs):
             elapsed, rss = time_to_ready(args.kgw, config)
-            print(f"run {run + 1}: ready after {elapsed:.2f} s, RSS {rss} MB ({args.acls:,} ACLs)")
+            print(f"run {run + 1}: ready after {elapsed:.2f} s, RSS {rss:.1f} MB ({args.acls:,} ACLs)")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from metadata.directory_files import (
 from metadata.files import OS_FILES, OsFiles
 from metadata.records import MetadataRecord, encode_record
 from metadata.record_batch import encode_batch, set_base_offset
-from metadata.store import CommittedBatch, LoadedState, MetadataLogError, MetadataStore, MetadataStoreBrokenError, MetadataStoreClosedError, Subscription
+from metadata.store import CommittedBatch, LoadedState, handed_over, MetadataLogError, MetadataStore, MetadataStoreBrokenError, MetadataStoreClosedError, Subscription
 
 __all__ = ["DirectoryLogReader", "DirectoryMetadataStore", "read_log_state", "snapshot_every"]
 
@@ -39,7 +39,7 @@ class DirectoryLogReader(MetadataStore):
         self._last = -1
 
     async def load(self) -> LoadedState:
-        state = await trio.to_thread.run_sync(read_log_state, self._path, self._files)
+        state = await handed_over(read_log_state, self._path, self._files)
         self._last = state.last_offset
         return state
 
@@ -142,7 +142,7 @@ class DirectoryMetadataStore(MetadataStore):
     async def load(self) -> LoadedState:
         if self._state is not _StoreState.NEW:
             raise MetadataStoreClosedError(f"load() was already called on the store at {self._path}")
-        recovered = await trio.to_thread.run_sync(self._open_blocking)
+        recovered = await handed_over(self._open_blocking)
         self._state = _StoreState.OPEN
         return recovered.state
 

@@ -49,7 +49,7 @@ from metadata.record_batch import encode_batch, scan_batches, set_base_offset
 from metadata.records import MetadataRecord, encode_record
 from metadata.snapshots import decode_values
 from metadata.store import (
-    CommittedBatch, LoadedState, MetadataLogCorruptError, MetadataStore, MetadataStoreBrokenError,
+    CommittedBatch, LoadedState, MetadataLogCorruptError, handed_over, MetadataStore, MetadataStoreBrokenError,
     MetadataStoreClosedError, Subscription,
 )
 
@@ -138,7 +138,7 @@ class SharedDirectoryStore(MetadataStore):
             raise MetadataStoreClosedError(f"metadata log directory {self._path} does not exist "
                                            "(the supervisor creates it)")
         self._lock_fd = files.open(self._path / _APPEND_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        state = await trio.to_thread.run_sync(self._locked, self._load_blocking)
+        state = await handed_over(self._locked, self._load_blocking)
         self._last_offset = state.last_offset
         self._token = trio.lowlevel.current_trio_token()
         self._state = "open"

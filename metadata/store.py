@@ -206,6 +206,16 @@ class Subscription:
             )
 
 
+async def handed_over(fn, *args):
+    """``fn(*args)`` on a worker thread, its result held by the caller alone: Trio's worker
+    thread keeps the result of its last job referenced until it next runs, and a loaded log
+    (100k decoded records) kept alive that way cannot be freed once applied, so the memory of
+    everything built after it cannot reuse it (issue 17)."""
+    box: list = []
+    await trio.to_thread.run_sync(lambda: box.append(fn(*args)))
+    return box.pop()
+
+
 class MetadataStore(abc.ABC):
     """A durable, totally ordered log of metadata records with snapshots.
 
