@@ -301,23 +301,39 @@ def _group_key(acl: StandardAcl) -> _GroupKey:
     return (acl.principal, acl.host, acl.operation)
 
 
+def _frozen(held) -> Bucket:
+    """A bucket as built (one ACL, or lists by key) in its stored form."""
+    if type(held) is StandardAcl:
+        return held
+    return {key: tuple(acls) for key, acls in held.items()}
+
+
 def _build_section(acls: list[StandardAcl]) -> _Section:
-    literal: dict[str, dict[str, list[StandardAcl]]] = {}
-    prefixed: dict[str, dict[str, list[StandardAcl]]] = {}
+    literal: dict[str, StandardAcl | dict[tuple[str, str], list[StandardAcl]]] = {}
+    prefixed: dict[str, StandardAcl | dict[tuple[str, str], list[StandardAcl]]] = {}
     groups: dict[_GroupKey, list[StandardAcl]] = {}
     bucket_keys: dict[tuple[str, str], tuple[str, str]] = {}  # one tuple per distinct (principal, host)
+
+    def shared_key(acl: StandardAcl) -> tuple[str, str]:
+        key = acl.bucket_key
+        return bucket_keys.setdefault(key, key)
+
     for acl in acls:
-        table = literal if acl.pattern_type is _LITERAL else prefixed
-        bucket = table.get(acl.resource_name)
-        if bucket is None:
-            bucket = table[acl.resource_name] = {}
-        bucket_key = acl.bucket_key
-        bucket_key = bucket_keys.setdefault(bucket_key, bucket_key)
-        lst = bucket.get(bucket_key)
-        if lst is None:
-            bucket[bucket_key] = [acl]
+        pattern = acl.binding.pattern
+        name = pattern.name
+        table = literal if pattern.pattern_type is _LITERAL else prefixed
+        held = table.get(name)
+        if held is None:  # a name's first ACL is held as itself (most names keep only one)
+            table[name] = acl
         else:
-            lst.append(acl)
+            if type(held) is StandardAcl:
+                held = table[name] = {shared_key(held): [held]}
+            bucket_key = shared_key(acl)
+            lst = held.get(bucket_key)
+            if lst is None:
+                held[bucket_key] = [acl]
+            else:
+                lst.append(acl)
         key = (acl.principal, acl.host, acl.operation)
         g = groups.get(key)
         if g is None:
@@ -328,8 +344,8 @@ def _build_section(acls: list[StandardAcl]) -> _Section:
     for name in prefixed:
         prefix_counts[len(name)] = prefix_counts.get(len(name), 0) + 1
     return _Section(
-        ShardedMap.of((n, compact_bucket({p: tuple(v) for p, v in b.items()})) for n, b in literal.items()),
-        ShardedMap.of((n, compact_bucket({p: tuple(v) for p, v in b.items()})) for n, b in prefixed.items()),
+        ShardedMap.of((n, _frozen(b)) for n, b in literal.items()),
+        ShardedMap.of((n, _frozen(b)) for n, b in prefixed.items()),
         prefix_counts,
         ShardedMap.of((k, len(v)) for k, v in groups.items()),
         ShardedMap.of((k, GroupSummary(v)) for k, v in groups.items()),

@@ -55,8 +55,9 @@ class GroupSummary:
         literal_type = PatternType.LITERAL
         # (_kind inlined: a restart builds every group's summary, 32,500 groups at 100k ACLs)
         for acl in acls:
-            name = acl.resource_name
-            if acl.pattern_type is literal_type:
+            pattern = acl.binding.pattern
+            name = pattern.name
+            if pattern.pattern_type is literal_type:
                 if name == WILDCARD_RESOURCE:
                     if acl.is_deny:
                         wildcard_deny += 1
