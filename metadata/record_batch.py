@@ -149,29 +149,60 @@ def _decode_records(
     buf: bytes | memoryview, pos: int, end: int, count: int
 ) -> list[tuple[bytes | None, bytes | None]]:
     entries: list[tuple[bytes | None, bytes | None]] = []
+    append = entries.append
+    # Each varint is read inline when it fits one byte (a restart reads every record of the log:
+    # six calls per record were a fifth of the time 100k ACLs took to load).
     try:
         for expected_delta in range(count):
-            length, pos = _read_zigzag(buf, pos)
+            byte = buf[pos]
+            if byte < 0x80:
+                length, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+            else:
+                length, pos = _read_zigzag(buf, pos)
             record_end = pos + length
             pos += 1  # attributes
-            _ts_delta, pos = _read_zigzag(buf, pos)
-            delta, pos = _read_zigzag(buf, pos)
+            if buf[pos] < 0x80:  # the timestamp delta, unused
+                pos += 1
+            else:
+                _ts_delta, pos = _read_zigzag(buf, pos)
+            byte = buf[pos]
+            if byte < 0x80:
+                delta, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+            else:
+                delta, pos = _read_zigzag(buf, pos)
             if delta != expected_delta:
                 raise BatchFormatError(f"record offset delta {delta}, expected {expected_delta}")
-            key_len, pos = _read_zigzag(buf, pos)
-            key = None if key_len < 0 else bytes(buf[pos : pos + key_len])
-            pos += max(key_len, 0)
-            value_len, pos = _read_zigzag(buf, pos)
-            value = None if value_len < 0 else bytes(buf[pos : pos + value_len])
-            pos += max(value_len, 0)
-            headers, pos = _read_zigzag(buf, pos)
-            for _ in range(headers):
-                for _part in range(2):
-                    part_len, pos = _read_zigzag(buf, pos)
-                    pos += max(part_len, 0)
+            byte = buf[pos]
+            if byte < 0x80:
+                key_len, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+            else:
+                key_len, pos = _read_zigzag(buf, pos)
+            if key_len < 0:
+                key = None
+            else:
+                key = bytes(buf[pos : pos + key_len])
+                pos += key_len
+            byte = buf[pos]
+            if byte < 0x80:
+                value_len, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+            else:
+                value_len, pos = _read_zigzag(buf, pos)
+            if value_len < 0:
+                value = None
+            else:
+                value = bytes(buf[pos : pos + value_len])
+                pos += value_len
+            if buf[pos] == 0:  # no headers (a zero varint is the byte 0)
+                pos += 1
+            else:
+                headers, pos = _read_zigzag(buf, pos)
+                for _ in range(headers):
+                    for _part in range(2):
+                        part_len, pos = _read_zigzag(buf, pos)
+                        pos += max(part_len, 0)
             if pos != record_end:
                 raise BatchFormatError("record length does not match its contents")
-            entries.append((key, value))
+            append((key, value))
     except IndexError:
         raise BatchFormatError("record runs past the end of its batch") from None
     if pos != end:

@@ -18,7 +18,7 @@ import pytest
 import trio
 import trio.testing
 from kio.records.readers import read_batch
-from kio.records.schema import NewRecordBatch, Record
+from kio.records.schema import NewRecordBatch, Record, RecordHeader
 from kio.records.writers import write_batch
 from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
@@ -119,6 +119,28 @@ async def test_segment_is_readable_by_kio_and_kio_batches_by_us(tmp_path: Path) 
     write_batch(buffer, kio_batch)
     decoded = decode_batch(buffer.getvalue(), 0, 7)
     assert [decode_record(v) for _, v in decoded.entries] == [acl(0), acl(1)]  # type: ignore[arg-type]
+
+
+
+def test_kio_batches_of_every_record_shape_decode_alike() -> None:
+    """The record reader's one-byte varint shortcuts against kio's writer: keys and values of
+    every length class (none, empty, one-byte and multi-byte lengths), headers, timestamps far
+    from the base and offset deltas past 63 (two-byte varints)."""
+    now = TZAwareMicros.parse(datetime.datetime.now(datetime.UTC))
+    later = TZAwareMicros.parse(datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=3))
+    sizes = [None, 0, 1, 63, 64, 200, 9000]
+    records = []
+    for i in range(150):
+        key = None if sizes[i % 7] is None else bytes([i % 251]) * sizes[i % 7]
+        value = None if sizes[(i // 7) % 7] is None else bytes([i % 13]) * sizes[(i // 7) % 7]
+        headers = tuple(RecordHeader(key=b"h" * (i % 70), value=None if i % 2 else b"v" * i) for _ in range(i % 3))
+        records.append(Record(attributes=i8(0), timestamp=later if i % 5 == 0 else now, offset=i64(40 + i), key=key,
+                              value=value, headers=headers))
+    buffer = io.BytesIO()
+    write_batch(buffer, NewRecordBatch(producer_id=i64(-1), producer_epoch=i16(-1), base_sequence=i32(-1),
+                                       attributes=i16(0), records=tuple(records)))
+    decoded = decode_batch(buffer.getvalue(), 0, 40)
+    assert decoded.entries == [(r.key, r.value) for r in records]
 
 
 # -- recovery -----------------------------------------------------------------
