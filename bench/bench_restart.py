@@ -1,6 +1,9 @@
 """Restart time with many ACLs: `kgw run` from start to its `ready` line, on a directory log
 holding N ACLs (bench_authorizer's snapshot mix), with the upstream unreachable so only kgw's own
-start-up is timed.  Usage: .venv/bin/python bench/bench_restart.py [--acls 100000] [--runs 3] [--kgw PATH]
+start-up is timed.  Usage: .venv/bin/python bench/bench_restart.py [--acls 100000] [--runs 3] [--kgw PATH] [--from-snapshot]
+
+``--from-snapshot``: the ACLs are in a snapshot file, as a gateway that wrote them has them once it
+snapshotted (every 10,000 records), rather than in the log that ``kgw metadata import`` writes.
 
 ``--kgw``: the executable to time, e.g. of an install without the test extras, as a
 deployment has it (``python -m venv /tmp/kgw-prod && /tmp/kgw-prod/bin/pip install .``):
@@ -32,6 +35,23 @@ def document(count: int) -> dict:
     return {"format": "kgw-metadata", "version": 1, "offset": 0, "acls": acls, "configs": [], "scram_credentials": []}
 
 
+def snapshot(data_dir: Path) -> None:
+    """Write a snapshot of the whole log, as the gateway does every 10,000 records."""
+    import trio
+
+    from metadata.directory import DirectoryMetadataStore
+    from metadata.image import MetadataImage
+
+    async def write() -> None:
+        store = DirectoryMetadataStore(data_dir)
+        image = MetadataImage(store)
+        await image.load()
+        await store.snapshot(image.records(), through_offset=image.offset)
+        await store.aclose()
+
+    trio.run(write)
+
+
 def time_to_ready(kgw: str, config: Path) -> tuple[float, int]:
     started = time.monotonic()
     proc = subprocess.Popen([kgw, "run", "--config", str(config)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -54,12 +74,16 @@ def main() -> None:
     p.add_argument("--acls", type=int, default=100_000)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--kgw", default=KGW, help="the kgw executable to time (default: this venv's)")
+    p.add_argument("--from-snapshot", action="store_true", help="start from a snapshot file, not from the log")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="kgw-restart-") as tmp:
         work = Path(tmp)
         (work / "doc.json").write_text(json.dumps(document(args.acls)))
         subprocess.run([args.kgw, "metadata", "import", str(work / "doc.json"), "--data-dir", str(work / "meta")],
                        check=True, capture_output=True)
+        if args.from_snapshot:
+            snapshot(work / "meta")
+            print("started from", ", ".join(sorted(p.name for p in (work / "meta").iterdir() if p.suffix)))
         config = work / "kgw.yaml"
         config.write_text(json.dumps({
             "listeners": [{"name": "PLAIN", "host": "127.0.0.1", "port": 0, "broker_port_base": 21000}],
