@@ -64,87 +64,33 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # authz.* for seeding the ACLs
 
 import confluent_kafka  # noqa: E402
+import yaml  # noqa: E402
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from tests.support.cluster import base_gateway_config, deep_merge, launch_gateway  # noqa: E402
+from tests.support.cluster import start_tansu as support_start_tansu  # noqa: E402
+from tests.support.ports import free_port, free_port_base  # noqa: E402, F401 (used by the other benches)
+from tests.support.processes import ManagedProcess, ProcessError, tail_of_file  # noqa: E402
 
 HOST = "127.0.0.1"
 TANSU_NODE_ID = 111
 RECORD_SIZE = 1024
 REPO = Path(__file__).resolve().parents[1]
 
-# tansu reads these from the environment (clap `env = ...`): keep them out.
-_TANSU_ENV = ("CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE",
-              "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT")
-
-
 class BenchError(RuntimeError):
     pass
 
 
 # --------------------------------------------------------------------------- processes
-def free_port() -> int:
-    """A free port below the ephemeral range (the tests' helper: one place picks ports)."""
-    from tests.support.ports import free_port as pick
-
-    return pick()
-
-
-def free_port_base() -> int:
-    """A base B such that B + 111 (tansu's node id) is free, below the ephemeral range."""
-    from tests.support.ports import free_port_base as pick
-
-    return pick((TANSU_NODE_ID,))
-
-
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def log_tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def wait_for(self, marker: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.popen.poll() is not None:
-                raise BenchError(f"{self.name} exited ({self.popen.returncode}) before '{marker}':\n{self.log_tail()}")
-            try:
-                text = self.log_path.read_text(errors="replace")
-            except OSError:
-                text = ""
-            if marker in text:
-                return
-            time.sleep(0.05)
-        raise BenchError(f"{self.name} not ready ('{marker}') within {timeout:.0f}s:\n{self.log_tail()}")
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.popen.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            self.popen.send_signal(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.kill()
-            self.popen.wait(5)
-
-
+# Brokers and gateways are started by the tests' support module (tests/support/cluster.py), the
+# one place that knows how: the benches only say what they want.
 @contextlib.contextmanager
 def scratch(prefix: str):
     """A scratch directory and a list for the processes started in it: on exit they are
     stopped, last started first, and the directory is removed."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
-    procs: list[Proc] = []
+    procs: list[ManagedProcess] = []
     try:
         yield tmp, procs
     finally:
@@ -153,55 +99,35 @@ def scratch(prefix: str):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def spawn(name: str, argv: list[str], log_dir: Path, env: dict | None = None) -> Proc:
-    log_path = log_dir / f"{name}.log"
-    with open(log_path, "wb") as out:
-        popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env=env, cwd=str(log_dir))
-    return Proc(name, popen, log_path)
-
-
-def start_tansu(log_dir: Path) -> tuple[object, int]:
-    """tansu, started by the tests' support module (the one place brokers are started)."""
-    from tests.support.cluster import start_tansu as start
-
-    broker = start(log_dir)
+def start_tansu(log_dir: Path, *, advertised_port: int | None = None) -> tuple[ManagedProcess, int]:
+    """An in-memory tansu broker; ``advertised_port``: the port it tells clients (a proxy's)."""
+    broker = support_start_tansu(log_dir, advertised_port=advertised_port)
     return broker.process, broker.port
 
 
 def start_kgw(log_dir: Path, tansu_port: int, name: str = "kgw", extra_config: str = "",
-              meta_dir: Path | None = None) -> tuple[Proc, int]:
-    """Start ``kgw run`` in front of tansu; ``extra_config`` is appended to its YAML.
-
-    ``meta_dir`` (the metadata log directory) is reused across start attempts, so
-    ACLs seeded into it before the call survive a retry on other ports.
-    """
-    kgw = Path(sys.executable).parent / "kgw"
+              meta_dir: Path | None = None) -> tuple[ManagedProcess, int]:
+    """``kgw run`` in front of tansu, logging at WARNING; ``extra_config`` (YAML) is merged into
+    its configuration.  ``meta_dir`` (the metadata log directory) is reused across start
+    attempts, so ACLs seeded into it before the call survive a retry on other ports."""
     meta_dir = meta_dir or log_dir / f"{name}-meta"
-    last = None
+    extra = yaml.safe_load(extra_config) or {}
+    last: Exception | None = None
     for attempt in range(3):
-        port, base = free_port(), free_port_base()
-        config = (
-            "listeners:\n"
-            f"  - {{name: BENCH, host: {HOST}, port: {port}, advertised_host: {HOST}, broker_port_base: {base}}}\n"
-            f"upstream: {{bootstrap_servers: [\"{HOST}:{tansu_port}\"]}}\n"
-            f"admin: {{host: {HOST}, port: 0}}\n"
-            f"metadata: {{path: {meta_dir}}}\n"
-            "logging: {level: WARNING}\n"
-        ) + extra_config
-        cfg = log_dir / f"{name}-{attempt}.yaml"
-        cfg.write_text(config)
-        argv = [str(kgw), "run", "--config", str(cfg)] if kgw.exists() else \
-            [sys.executable, "-m", "gateway.cli", "run", "--config", str(cfg)]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        proc = spawn(f"{name}-{attempt}", argv, log_dir, env)
+        config = deep_merge(base_gateway_config(f"{HOST}:{tansu_port}", meta_dir),
+                            {"logging": {"level": "WARNING"}, **extra})
         try:
-            proc.wait_for("\nready", 30)
-            return proc, port
-        except BenchError as e:
-            proc.stop()
-            last = e
+            gateway = launch_gateway(f"{name}-{attempt}", config, log_dir)
+        except ProcessError as exc:  # a port taken meanwhile: again on others
+            last = exc
+            continue
+        return gateway.process, int(gateway.bootstrap.rsplit(":", 1)[1])
     raise BenchError(f"{name} did not start: {last}")
+
+
+def log_tail(proc: ManagedProcess, lines: int = 30) -> str:
+    """The end of a process's log (kgw logs to stderr)."""
+    return tail_of_file(proc.stderr_path, lines)
 
 
 def rss_mb(pid: int) -> float:
@@ -219,8 +145,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 # --------------------------------------------------------------------------- workloads
-def kgw_log_hint(proc: Proc) -> str:
-    tail = proc.log_tail(200)
+def kgw_log_hint(proc: ManagedProcess) -> str:
+    tail = log_tail(proc, 200)
     return f"\nkgw log tail:\n{tail[-2000:]}" if "Traceback" in tail else ""
 
 
@@ -593,8 +519,8 @@ def run(args) -> Results:
     sides = [DIRECT, KGW] + ([] if args.no_authz else [AUTHZ])
     res = Results(params={k: v for k, v in vars(args).items() if k not in ("json",)}, sides=sides)
     tmp = Path(tempfile.mkdtemp(prefix="kgw-bench-"))
-    procs: list[Proc] = []
-    gw: dict[str, Proc] = {}
+    procs: list[ManagedProcess] = []
+    gw: dict[str, ManagedProcess] = {}
     try:
         tansu, tansu_port = start_tansu(tmp)
         procs.append(tansu)
@@ -712,8 +638,8 @@ def run(args) -> Results:
             print(f"  rss {side:9}: start {rss['start_mb']:.1f} MB, before idle {rss['before_idle_mb']:.1f} MB, "
                   f"with {rss['idle_connections']} idle connections {rss['with_idle_mb']:.1f} MB", flush=True)
         for side, proc in gw.items():
-            if proc.popen.poll() is not None:
-                raise BenchError(f"{side} exited during the run:\n{proc.log_tail()}")
+            if not proc.alive():
+                raise BenchError(f"{side} exited during the run:\n{log_tail(proc)}")
         return res
     except BenchError as e:
         e.hint = "".join(kgw_log_hint(p) for p in gw.values())

@@ -82,7 +82,7 @@ def main(argv=None) -> int:
         procs.append(tansu)
         kgw, port = start_kgw(tmp, tansu_port, extra_config="limits: {max_connections_per_ip: 100000}\n")
         procs.append(kgw)
-        pid = kgw.popen.pid
+        pid = kgw.pid
         fds = lambda: len(os.listdir(f"/proc/{pid}/fd"))  # noqa: E731
         round_of(port, 100, 10)  # warm up
         print(f"start: RSS {rss_mb(pid):.1f} MB, {fds()} fds", flush=True)

