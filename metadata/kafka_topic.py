@@ -58,6 +58,7 @@ from metadata.kafka_messages import (
     decode_message,
     librdkafka_log,
 )
+from metadata.kafka_topic_shape import ensure_topics
 from metadata.record_batch import encode_batch
 from metadata.records import MetadataRecord, encode_record
 from metadata.snapshots import decode_snapshot, encode_snapshot
@@ -166,7 +167,7 @@ class KafkaMetadataStore(MetadataStore):
 
         s = self.settings
         self._admin = AdminClient(self._client())
-        self._ensure_topics()
+        ensure_topics(self._admin, s, self._stop)
         consumer = self._consumer()
         try:
             low, high = self._watermarks(consumer, s.topic)
@@ -191,77 +192,6 @@ class KafkaMetadataStore(MetadataStore):
         log.info("metadata topic %s loaded: snapshot %s (%d records), %d log records up to offset %d",
                  s.topic, f"at {start}" if manifest else "none", len(snapshot_records), len(log_records), high - 1)
         return LoadedState(tuple(snapshot_records), start, tuple(log_records), high - 1)
-
-    def _ensure_topics(self) -> None:
-        """Create the two topics when missing; refuse a shape that breaks order or durability."""
-        from confluent_kafka.admin import ConfigResource, NewTopic
-
-        s = self.settings
-        metadata = self._admin.list_topics(timeout=s.load_timeout_s)
-        brokers = len(metadata.brokers)
-        rf = s.replication_factor or min(3, brokers)
-        isr = min(s.min_insync_replicas, rf)
-        wanted = {
-            s.topic: {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"},
-            s.snapshots: {"cleanup.policy": "compact"},
-        }
-        missing = [t for t in wanted if t not in metadata.topics or metadata.topics[t].error is not None]
-        if missing:
-            futures = self._admin.create_topics([
-                NewTopic(t, 1, rf, config={**wanted[t], "min.insync.replicas": str(isr),
-                                           "unclean.leader.election.enable": "false"}) for t in missing])
-            for topic, future in futures.items():
-                try:
-                    future.result(timeout=s.load_timeout_s)
-                    log.info("created metadata topic %s (1 partition, replication factor %d, "
-                             "min.insync.replicas %d)", topic, rf, isr)
-                except Exception as exc:  # noqa: BLE001 - a peer may have created it meanwhile
-                    if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                        raise MetadataStoreUnavailableError(f"cannot create metadata topic {topic}: {exc}") from exc
-            deadline = time.monotonic() + s.load_timeout_s
-            while True:  # a topic just created reaches the metadata of every broker a moment later
-                metadata = self._admin.list_topics(timeout=s.load_timeout_s)
-                if all(t in metadata.topics and metadata.topics[t].error is None
-                       and 0 in metadata.topics[t].partitions for t in wanted):
-                    break
-                if time.monotonic() > deadline:
-                    raise MetadataStoreUnavailableError(f"the metadata topics {', '.join(missing)} were created "
-                                                        "but do not appear in the cluster's metadata")
-                self._stop.wait(0.1)
-        described = self._describe_configs([ConfigResource("topic", t) for t in wanted])
-        problems = []
-        for topic, expected in wanted.items():
-            partitions = metadata.topics[topic].partitions
-            configs = {k: v.value for k, v in described[topic].items()}
-            if len(partitions) != 1:
-                problems.append(f"{topic} has {len(partitions)} partitions (one order needs exactly 1)")
-            replicas = len(partitions[0].replicas) if 0 in partitions else 0
-            if replicas < rf:
-                problems.append(f"{topic} has replication factor {replicas}, at least {rf} is needed")
-            if int(configs.get("min.insync.replicas") or 1) < isr:
-                problems.append(f"{topic} has min.insync.replicas {configs.get('min.insync.replicas')}, "
-                                f"at least {isr} is needed")
-            if configs.get("unclean.leader.election.enable") == "true":
-                problems.append(f"{topic} allows unclean leader election (acknowledged records could be lost)")
-            for key, value in expected.items():
-                if configs.get(key) != value:
-                    problems.append(f"{topic} has {key}={configs.get(key)}, kgw needs {value}")
-        if problems:
-            raise MetadataTopicShapeError("the metadata topics break ordering or durability: " + "; ".join(problems))
-
-    def _describe_configs(self, resources: list) -> dict[str, Any]:
-        """Topic configs by name; retried while the broker asked does not know a topic just
-        created by this or another instance yet (UNKNOWN_TOPIC_OR_PART)."""
-        deadline = time.monotonic() + self.settings.load_timeout_s
-        while True:
-            try:
-                return {r.name: f.result(timeout=self.settings.load_timeout_s)
-                        for r, f in self._admin.describe_configs(resources).items()}
-            except Exception as exc:  # noqa: BLE001 - KafkaException
-                error = exc.args[0] if exc.args else None
-                if "UNKNOWN_TOPIC_OR_PART" not in str(error) or time.monotonic() > deadline:
-                    raise MetadataStoreUnavailableError(f"cannot describe the metadata topics: {exc}") from exc
-                self._stop.wait(0.2)
 
     def _watermarks(self, consumer: Any, topic: str) -> tuple[int, int]:
         """(log start, log end) of the topic's partition; retried while it has no leader yet
