@@ -58,11 +58,11 @@ from protocol.apis.registry import REGISTRY
 from protocol.framing import NEED_DATA, FrameDecoder
 from protocol.headers import HeaderError, RequestHeader, parse_request_header
 from gateway.authentication import AuthenticationFailed
-from gateway.data_plane import Lane
 from gateway.fast_io import FastStream, fast_stream
 from gateway.sasl import SaslStateError
 from gateway.upstream import UpstreamUnavailable, open_upstream
 from gateway.connection_core import CloseConnection, ConnectionCore, SLOW, Slot, SASL_KEYS, next_request
+from gateway.connection_handoff import DataPlaneHandoff
 from gateway.connection_sasl import SaslSteps
 
 __all__ = ["ClientConnection", "CloseConnection", "SLOW"]
@@ -102,7 +102,7 @@ def _trio_deadline(monotonic_deadline: float) -> float:
     return trio.current_time() + (monotonic_deadline - time.monotonic())
 
 
-class ClientConnection(SaslSteps, ConnectionCore):
+class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
     """The Trio driver of one client connection (see the module doc)."""
 
     def __init__(self, listener, stream: trio.SocketStream, peer: tuple[str, int], node_id: int | None):
@@ -152,79 +152,6 @@ class ClientConnection(SaslSteps, ConnectionCore):
         finally:
             if self._upstream is not None:
                 await trio.aclose_forcefully(self._upstream)
-
-    async def _serve_in_data_plane(self, decoder: FrameDecoder) -> None:
-        """Let the data-plane thread serve this connection; run its slow requests here.
-
-        Returns at end of stream; raises :class:`CloseConnection` (or BrokenResourceError for
-        a client that went away) like the Trio path, so :meth:`run` logs and counts the same way.
-        """
-        dp = self.gw.data_plane
-        send, receive = trio.open_memory_channel(math.inf)
-        token = trio.lowlevel.current_trio_token()
-
-        def post(message: tuple) -> None:  # called on the data-plane thread
-            try:
-                token.run_sync_soon(send.send_nowait, message)
-            except trio.RunFinishedError:
-                pass
-
-        frames = list(self._queued)
-        self._queued.clear()
-        assert isinstance(self.stream, FastStream) and isinstance(self._upstream, FastStream)
-        lane = Lane(self, self.stream.fileno(), self._upstream.fileno(), decoder, frames, post)
-        self.lane = lane
-        self._deferred = lane.deferred
-        released = False
-        dp.adopt(lane)
-        try:
-            async for message in receive:
-                kind = message[0]
-                if kind == "slow":
-                    to_upstream: list = []
-                    try:
-                        await self._on_request_slow(message[1], to_upstream)
-                    except CloseConnection:
-                        dp.release(lane, flush=True)  # e.g. a failed SASL answer goes out first
-                        await self._until_released(receive)
-                        released = True
-                        raise
-                    frames = self._lane_upstream + to_upstream
-                    self._lane_upstream = []
-                    dp.resume(lane, frames)
-                    continue
-                if kind == "heavy":  # a large upstream response: completed here, the lane paused
-                    while self.heavy is not None:
-                        await self.complete_heavy()
-                        self.complete_responses(lane.udec)
-                    dp.resume(lane, [])
-                    continue
-                released = True
-                if kind == "closed":
-                    raise message[1]
-                if kind == "broken":
-                    raise trio.BrokenResourceError("client connection broken")
-                if kind == "eof" and message[1]:
-                    log.info("client closed the connection in the middle of a request (%d bytes buffered)",
-                             message[1], extra=self.log_fields())
-                return
-        finally:
-            if not released and dp.running:
-                dp.release(lane, flush=False)
-                with trio.CancelScope(shield=True):
-                    with trio.move_on_after(2):
-                        await self._until_released(receive)
-            # The lane points at this connection; this connection must not point back, or each
-            # closed connection would wait for the cycle collector (memory growing with churn).
-            self.lane = None
-            self._deferred = None
-
-    @staticmethod
-    async def _until_released(receive) -> None:
-        async for message in receive:
-            if message[0] not in ("slow", "heavy"):
-                return
-
 
     # ----------------------------------------------------------- client side
 

@@ -82,7 +82,7 @@ MUTATIONS = (
     Mutation("authorizer: audit of one request unbounded", "authz/standard_authorizer.py",
              "                if logged >= MAX_AUDITED_ACTIONS_PER_CALL:", "                if False:",
              ("tests/unit/authz/test_standard_authorizer.py",)),
-    Mutation("connection: a closed connection kept alive by its lane (cycle)", "gateway/connection.py",
+    Mutation("connection: a closed connection kept alive by its lane (cycle)", "gateway/connection_handoff.py",
              "            self.lane = None\n            self._deferred = None", "            pass",
              ("tests/unit/gateway/test_connection.py",)),
     Mutation("connection: large requests inspected on the shared loop", "gateway/connection_core.py",

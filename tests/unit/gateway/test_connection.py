@@ -491,7 +491,7 @@ async def test_closed_connections_are_freed_at_once_not_by_the_cycle_collector(n
     import gc
 
     from gateway.connection import ClientConnection
-    from gateway.data_plane import Lane
+    from gateway.data_plane_lane import Lane
 
     broker = await nursery.start(FakeBroker().serve)
     gateway, port = await _start_gateway(nursery, tmp_path, broker, data_plane)

@@ -1,0 +1,97 @@
+"""Handing a Trio connection to the data plane (:mod:`gateway.data_plane`) and serving what the
+lane sends back: its *slow* requests (anything that must ``await``: SASL, ApiVersions, the APIs
+kgw answers itself) and its *heavy* responses run on the connection's Trio task while the lane is
+paused, then the lane resumes with what they produced.  The connection's state is touched by
+one thread at a time.  A mixin of :class:`gateway.connection.ClientConnection`."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import trio
+
+from gateway.connection_core import CloseConnection
+from gateway.data_plane_lane import Lane
+from gateway.fast_io import FastStream
+from protocol.framing import FrameDecoder
+
+__all__ = ["DataPlaneHandoff"]
+
+log = logging.getLogger("kgw.connection")
+
+
+class DataPlaneHandoff:
+    """Serve a connection through the data plane (see the module's docstring)."""
+
+    async def _serve_in_data_plane(self, decoder: FrameDecoder) -> None:
+        """Let the data-plane thread serve this connection; run its slow requests here.
+
+        Returns at end of stream; raises :class:`CloseConnection` (or BrokenResourceError for
+        a client that went away) like the Trio path, so :meth:`run` logs and counts the same way.
+        """
+        dp = self.gw.data_plane
+        send, receive = trio.open_memory_channel(math.inf)
+        token = trio.lowlevel.current_trio_token()
+
+        def post(message: tuple) -> None:  # called on the data-plane thread
+            try:
+                token.run_sync_soon(send.send_nowait, message)
+            except trio.RunFinishedError:
+                pass
+
+        frames = list(self._queued)
+        self._queued.clear()
+        assert isinstance(self.stream, FastStream) and isinstance(self._upstream, FastStream)
+        lane = Lane(self, self.stream.fileno(), self._upstream.fileno(), decoder, frames, post)
+        self.lane = lane
+        self._deferred = lane.deferred
+        released = False
+        dp.adopt(lane)
+        try:
+            async for message in receive:
+                kind = message[0]
+                if kind == "slow":
+                    to_upstream: list = []
+                    try:
+                        await self._on_request_slow(message[1], to_upstream)
+                    except CloseConnection:
+                        dp.release(lane, flush=True)  # e.g. a failed SASL answer goes out first
+                        await self._until_released(receive)
+                        released = True
+                        raise
+                    frames = self._lane_upstream + to_upstream
+                    self._lane_upstream = []
+                    dp.resume(lane, frames)
+                    continue
+                if kind == "heavy":  # a large upstream response: completed here, the lane paused
+                    while self.heavy is not None:
+                        await self.complete_heavy()
+                        self.complete_responses(lane.udec)
+                    dp.resume(lane, [])
+                    continue
+                released = True
+                if kind == "closed":
+                    raise message[1]
+                if kind == "broken":
+                    raise trio.BrokenResourceError("client connection broken")
+                if kind == "eof" and message[1]:
+                    log.info("client closed the connection in the middle of a request (%d bytes buffered)",
+                             message[1], extra=self.log_fields())
+                return
+        finally:
+            if not released and dp.running:
+                dp.release(lane, flush=False)
+                with trio.CancelScope(shield=True):
+                    with trio.move_on_after(2):
+                        await self._until_released(receive)
+            # The lane points at this connection; this connection must not point back, or each
+            # closed connection would wait for the cycle collector (memory growing with churn).
+            self.lane = None
+            self._deferred = None
+
+    @staticmethod
+    async def _until_released(receive) -> None:
+        async for message in receive:
+            if message[0] not in ("slow", "heavy"):
+                return

@@ -1,0 +1,62 @@
+"""A client connection while the data plane serves it (:mod:`gateway.data_plane`): its two file
+descriptors, their frame decoders, the bytes queued each way, the epoll masks, and the counters
+the epoll thread adds up every tick.  Touched by the epoll thread while the lane runs, by the
+connection's Trio task only while it is paused."""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING, Callable
+
+from protocol.framing import FrameDecoder
+
+if TYPE_CHECKING:
+    from gateway.connection_core import ConnectionCore
+
+__all__ = ["Lane"]
+
+
+class Lane:
+    """One client connection while the data plane serves it."""
+
+    __slots__ = ("conn", "cfd", "ufd", "cdec", "udec", "cout", "uout", "paused", "closed", "post",
+                 "cmask", "umask", "bytes_in", "bytes_out", "n_in", "n_out", "deferred", "draining")
+
+    def __init__(self, conn: "ConnectionCore", cfd: int, ufd: int, client_decoder: FrameDecoder,
+                 upstream_frames: list, post: Callable[[tuple], None]) -> None:
+        self.conn = conn
+        self.cfd = cfd
+        self.ufd = ufd
+        self.cdec = client_decoder
+        self.udec = FrameDecoder((1 << 31) - 1)
+        self.cout: collections.deque[memoryview] = collections.deque()
+        self.uout: collections.deque[memoryview] = collections.deque(memoryview(f) for f in upstream_frames)
+        self.paused = False
+        self.closed = False
+        self.post = post  # thread-safe: delivers a message to the connection's Trio task
+        self.cmask = 0
+        self.umask = 0
+        metrics, listener = conn.metrics, conn.listener_name
+        self.bytes_in = metrics.bytes_in.labels(listener)
+        self.bytes_out = metrics.bytes_out.labels(listener)
+        #: bytes not yet added to the counters above (added every tick and at the end)
+        self.n_in = 0
+        self.n_out = 0
+        #: request counters the connection deferred until the request was written (see metrics())
+        self.deferred: list = []
+        #: the gateway is stopping: no new request is read; the lane ends once all are answered
+        self.draining = False
+
+    def metrics(self) -> None:
+        deferred = self.deferred
+        for counter in deferred:
+            counter.inc()
+        deferred.clear()
+
+    def count_bytes(self) -> None:
+        if self.n_in:
+            self.bytes_in.inc(self.n_in)
+            self.n_in = 0
+        if self.n_out:
+            self.bytes_out.inc(self.n_out)
+            self.n_out = 0
