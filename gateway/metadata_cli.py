@@ -1,7 +1,8 @@
 """``kgw metadata export`` / ``import``: the metadata state as a JSON document (a backup,
 and the way from the directory backend to the shared Kafka topic; :mod:`metadata.transfer`);
 ``kgw metadata ls`` / ``cat``: Kafka's metadata-shell commands over kgw's view of the log
-(:mod:`metadata.shell`).
+(:mod:`metadata.shell`), and ``kgw metadata shell``, the shell itself (``ls``, ``cd``, ``cat``,
+``find``, ``tree``...): interactive on a terminal, one command per line from a pipe.
 
 Both open the store the way ``kgw acls`` does: a directory log only while no gateway uses
 it, the shared Kafka log at any time (an import is then ordered with the gateways' own
@@ -12,6 +13,7 @@ interrupted import is finished by running it again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -21,7 +23,7 @@ import trio
 
 from gateway.metadata_backend import metadata_location, offline_image
 from metadata.records import AccessControlEntryRecord, ConfigRecord, UserScramCredentialRecord
-from metadata.shell import NoSuchNode, dump_records, list_children, value_at
+from metadata.shell import NoSuchNode, ShellSession, dump_records, list_children, value_at
 from metadata.store import MetadataLogError
 from metadata.transfer import MetadataDocumentError, export_document, parse_document, plan_import
 
@@ -82,12 +84,47 @@ async def _shell(args) -> int:
     return 0
 
 
+async def _load_view(args) -> dict:
+    config, data_dir = metadata_location(args.config, args.data_dir)
+    async with offline_image(config, data_dir, read_only=True) as image:
+        return dump_records(image.records())
+
+
+def _interactive_shell(args) -> int:
+    """``kgw metadata shell``: a view of the state as it is now, then commands until ``exit`` or
+    the end of the input.  From a pipe: no prompt, and exit status 1 if a command failed."""
+    session = ShellSession(trio.run(_load_view, args))
+    interactive = sys.stdin.isatty()
+    if interactive:
+        with contextlib.suppress(ImportError):
+            import readline  # noqa: F401 - line editing and history for input()
+        print(f"kgw metadata shell: {len(session.dump)} entries as of now (help lists the commands, exit leaves)")
+    failed = False
+    while not session.done:
+        try:
+            line = input(f"{session.cwd} >> ") if interactive else sys.stdin.readline()
+        except (EOFError, KeyboardInterrupt):
+            break
+        if not interactive and not line:
+            break
+        out, err = session.run(line)
+        sys.stdout.write(out)
+        sys.stderr.write(err)
+        sys.stdout.flush()
+        failed = failed or bool(err)
+    if interactive:
+        print()
+    return 1 if failed and not interactive else 0
+
+
 def cmd_metadata(args) -> int:
     try:
         if args.action == "export":
             return trio.run(_export, args)
         if args.action in ("ls", "cat"):
             return trio.run(_shell, args)
+        if args.action == "shell":
+            return _interactive_shell(args)
         try:
             text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
             records = parse_document(json.loads(text))
@@ -108,8 +145,9 @@ def register(sub) -> None:
                        "the directory backend to the Kafka one: export --data-dir, import --config. ls PATH / cat "
                        "PATH: Kafka's metadata shell commands over the same view as 'kgw acls dump' (/acl/id/<uuid>, "
                        "/configs/<type>/<name>/<key>; SCRAM credentials are not shown), read-only, also while a "
-                       "gateway runs.")
-    p.add_argument("action", choices=["export", "import", "ls", "cat"])
+                       "gateway runs. shell: the metadata shell over that view (ls, cd, pwd, cat, find, tree), "
+                       "interactive on a terminal, one command per line from standard input otherwise.")
+    p.add_argument("action", choices=["export", "import", "ls", "cat", "shell"])
     p.add_argument("file", nargs="?", default="-",
                    help="import: the document ('-' for standard input); ls, cat: the path (ls: / by default)")
     where = p.add_mutually_exclusive_group(required=True)

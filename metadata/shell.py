@@ -42,7 +42,8 @@ from authz.acl import AclOperation, AclPermissionType, PatternType, ResourceType
 from metadata.store import LoadedState
 from metadata.records import AccessControlEntryRecord, ConfigRecord, MetadataRecord, RemoveAccessControlEntryRecord
 
-__all__ = ["config_type_name", "dump_records", "dump_state", "kafka_uuid_str", "render"]
+__all__ = ["NoSuchNode", "ShellSession", "config_type_name", "dump_records", "dump_state", "kafka_uuid_str",
+           "list_children", "render", "value_at"]
 
 UuidFormat = Literal["kafka", "canonical"]
 
@@ -166,3 +167,153 @@ def value_at(dump: Mapping[str, Any], path: str) -> str:
         raise NoSuchNode(f"{path}: no such node")
     value = dump[path]
     return value if isinstance(value, str) else json.dumps(value, indent=2)
+
+
+def resolve(cwd: str, path: str) -> str:
+    """``path`` relative to ``cwd`` (absolute when it starts with ``/``), ``.`` and ``..`` resolved."""
+    parts = [] if path.startswith("/") else [p for p in cwd.split("/") if p]
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if parts:
+                parts.pop()
+        else:
+            parts.append(part)
+    return "/" + "/".join(parts)
+
+
+class ShellSession:
+    """The interactive metadata shell (``kgw metadata shell``): Kafka's ``kafka-metadata-shell.sh``
+    commands over one view of the state, taken when the session began.
+
+    Pure: :meth:`run` takes one command line and returns what to print, so the same session runs
+    behind a terminal, a pipe (one command per line) or a test."""
+
+    COMMANDS: Final = {
+        "cat": "cat PATH...: print the value at each path",
+        "cd": "cd [PATH]: change the working directory (/ without a path)",
+        "exit": "exit: leave the shell",
+        "find": "find [PATH]: every node at or under the path",
+        "help": "help: these lines",
+        "ls": "ls [PATH...]: the names under each path (the working directory without one)",
+        "pwd": "pwd: print the working directory",
+        "tree": "tree [PATH]: the nodes under the path, indented, with their values",
+    }
+
+    def __init__(self, dump: Mapping[str, Any]) -> None:
+        self.dump = dump
+        self.cwd = "/"
+        self.done = False
+
+    def _dir_exists(self, path: str) -> bool:
+        if path == "/":
+            return True
+        try:
+            list_children(self.dump, path)
+        except NoSuchNode:
+            return False
+        return path not in self.dump
+
+    def run(self, line: str) -> tuple[str, str]:
+        """Run one command line; returns (output, error), each empty or ending in a newline."""
+        words = line.split()
+        if not words:
+            return "", ""
+        command, args = words[0], words[1:]
+        handler = getattr(self, f"_cmd_{command}", None)
+        if handler is None:
+            return "", f"{command}: unknown command (help lists them)\n"
+        out: list[str] = []
+        err: list[str] = []
+        handler(args, out, err)
+        return "".join(f"{o}\n" for o in out), "".join(f"{e}\n" for e in err)
+
+    def _cmd_help(self, args, out, err) -> None:
+        out.extend(self.COMMANDS.values())
+
+    def _cmd_exit(self, args, out, err) -> None:
+        self.done = True
+
+    def _cmd_pwd(self, args, out, err) -> None:
+        out.append(self.cwd)
+
+    def _cmd_cd(self, args, out, err) -> None:
+        if len(args) > 1:
+            err.append("cd: one path at most")
+            return
+        target = resolve(self.cwd, args[0]) if args else "/"
+        if target in self.dump:
+            err.append(f"cd: {target}: not a directory")
+        elif not self._dir_exists(target):
+            err.append(f"cd: {target}: no such node")
+        else:
+            self.cwd = target
+
+    def _cmd_ls(self, args, out, err) -> None:
+        paths = args or ["."]
+        for i, arg in enumerate(paths):
+            path = resolve(self.cwd, arg)
+            try:
+                children = list_children(self.dump, path)
+            except NoSuchNode as e:
+                err.append(f"ls: {e}")
+                continue
+            if len(paths) > 1 and path not in self.dump:
+                if i:
+                    out.append("")
+                out.append(f"{path}:")
+            out.extend(children)
+
+    def _cmd_cat(self, args, out, err) -> None:
+        if not args:
+            err.append("cat: a path is needed")
+        for arg in args:
+            try:
+                out.append(value_at(self.dump, resolve(self.cwd, arg)))
+            except NoSuchNode as e:
+                err.append(f"cat: {e}")
+
+    def _nodes_under(self, path: str) -> list[str] | None:
+        """Every node path at or under ``path`` (directories included), sorted; None if none."""
+        if path in self.dump:
+            return [path]
+        prefix = "/" if path == "/" else path + "/"
+        nodes: set[str] = set()
+        for key in self.dump:
+            if key.startswith(prefix):
+                parts = key[len(prefix):].split("/")
+                for depth in range(1, len(parts) + 1):
+                    nodes.add(prefix + "/".join(parts[:depth]))
+        if not nodes and path != "/":
+            return None
+        return sorted(nodes | {path})
+
+    def _cmd_find(self, args, out, err) -> None:
+        for arg in args or ["."]:
+            nodes = self._nodes_under(resolve(self.cwd, arg))
+            if nodes is None:
+                err.append(f"find: {resolve(self.cwd, arg)}: no such node")
+            else:
+                out.extend(nodes)
+
+    def _cmd_tree(self, args, out, err) -> None:
+        if len(args) > 1:
+            err.append("tree: one path at most")
+            return
+        root = resolve(self.cwd, args[0] if args else ".")
+        nodes = self._nodes_under(root)
+        if nodes is None:
+            err.append(f"tree: {root}: no such node")
+            return
+        base = root.count("/") if root != "/" else 0
+        for node in nodes:
+            depth = (node.count("/") if node != "/" else 0) - base
+            name = node if node == root else node.rsplit("/", 1)[1]
+            value = self.dump.get(node)
+            if value is None:
+                out.append(f"{'  ' * depth}{name}/" if node != "/" else "/")
+            else:
+                text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+                out.append(f"{'  ' * depth}{name}: {text}")
+

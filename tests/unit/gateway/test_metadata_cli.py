@@ -3,9 +3,16 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import pty
+import select
 import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import trio
 
@@ -134,3 +141,72 @@ def test_ls_and_cat_walk_the_metadata_shell_view(tmp_path, capsys):
     assert (code, out) == (2, "") and "/configs: is a directory" in err
     code, out, err = run(capsys, "metadata", "ls", "/scram", "--data-dir", d)
     assert (code, out) == (2, "") and "/scram: no such node" in err
+
+
+def test_the_shell_walks_the_view_with_relative_paths_from_a_pipe(tmp_path, capsys, monkeypatch):
+    """`kgw metadata shell` with commands on standard input: cd/pwd/ls/cat/find/tree as Kafka's
+    metadata shell has them, relative paths and `..`, errors named, exit status 1 after one."""
+    d = str(tmp_path / "md")
+    _seed(capsys, d)
+    script = ["ls", "cd acl/id", "pwd", "ls", "cd ../../configs/broker/<default>", "pwd",
+              "cat listener.name.sasl.max.connections", "find /configs", "tree /configs", "cd /scram", "exit",
+              "ls /never-run"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(script) + "\n"))
+    code, out, err = run(capsys, "metadata", "shell", "--data-dir", d)
+    lines = out.splitlines()
+    assert lines[:3] == ["acl", "configs", "/acl/id"]
+    ids = lines[3:5]
+    assert all(len(i) == 22 for i in ids)  # Kafka's Uuid.toString(), as in ls /acl/id
+    assert lines[5:7] == ["/configs/broker/<default>", "50"]
+    assert lines[7:11] == ["/configs", "/configs/broker", "/configs/broker/<default>",
+                           "/configs/broker/<default>/listener.name.sasl.max.connections"]
+    assert lines[11:] == ["/configs/", "  broker/", "    <default>/", "      listener.name.sasl.max.connections: 50"]
+    assert err == "cd: /scram: no such node\n"  # and nothing after exit ran
+    assert code == 1
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("cd /acl\nls id\n"))
+    code, out, err = run(capsys, "metadata", "shell", "--data-dir", d)
+    assert (code, err, sorted(out.split())) == (0, "", sorted(ids))
+
+
+def test_the_shell_on_a_terminal_prompts_with_the_working_directory(tmp_path, capsys):
+    """The interactive form: a real `kgw metadata shell` process on a pseudo-terminal."""
+    d = str(tmp_path / "md")
+    _seed(capsys, d)
+    kgw = Path(sys.executable).parent / "kgw"
+    argv = [str(kgw)] if kgw.exists() else [sys.executable, "-m", "gateway.cli"]
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*argv, "metadata", "shell", "--data-dir", d], stdin=follower, stdout=follower,
+                            stderr=follower, close_fds=True)
+    os.close(follower)
+    seen = b""
+
+    def read_until(marker: bytes) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + 30
+        while marker not in seen:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"no {marker!r} in {seen!r}"
+            ready, _, _ = select.select([leader], [], [], remaining)
+            if ready:
+                try:
+                    chunk = os.read(leader, 4096)
+                except OSError:  # the terminal closed: the process ended
+                    chunk = b""
+                assert chunk, f"the shell ended before {marker!r}: {seen!r}"
+                seen += chunk
+
+    try:
+        read_until(b"/ >> ")
+        assert b"3 entries as of now" in seen  # 2 ACLs and 1 config; the SCRAM credential is not shown
+        os.write(leader, b"cd /configs/broker\n")
+        read_until(b"/configs/broker >> ")
+        os.write(leader, b"ls\n")
+        read_until(b"<default>")
+        os.write(leader, b"exit\n")
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        os.close(leader)
