@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_gateway import rss_mb, scratch, start_kgw, start_tansu  # noqa: E402
+from bench_common import rss_mb, scratch, start_kgw, start_tansu  # noqa: E402
 from bench_restart import document  # noqa: E402
 from kio.static.primitive import i8  # noqa: E402
 

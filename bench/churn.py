@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_gateway import HOST, rss_mb, scratch, start_kgw, start_tansu  # noqa: E402
+from bench_common import HOST, rss_mb, scratch, start_kgw, start_tansu  # noqa: E402
 
 from gateway.upstream import encode_request  # noqa: E402
 from protocol.codecs import make, request_class  # noqa: E402

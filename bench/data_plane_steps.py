@@ -76,7 +76,7 @@ def main() -> int:
     if args.serve:
         return serve(*args.serve)
 
-    import bench_gateway as bg
+    import bench_common as bg
     from tests.support.processes import ManagedProcess
 
     with bg.scratch("kgw-steps-") as (tmp, procs):

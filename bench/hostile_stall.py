@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_gateway import (  # noqa: E402
+from bench_common import (  # noqa: E402
     HOST, Producer, _common, create_topics, scratch, seed_acls, start_kgw, start_tansu,
 )
 from kio.static.primitive import i32, i64  # noqa: E402

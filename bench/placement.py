@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_gateway as bg  # noqa: E402
+import bench_common as bg  # noqa: E402
 
 
 def thread_ids(pid: int, name: str) -> list[int]:

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_gateway as bg  # noqa: E402
+import bench_common as bg  # noqa: E402
 from tests.support.processes import ManagedProcess  # noqa: E402
 
 PROXY = r'''
