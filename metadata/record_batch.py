@@ -67,6 +67,14 @@ def _read_zigzag(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
             raise BatchFormatError("varint longer than 10 bytes")
 
 
+def _read_nullable_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
+    """A record's key or value: a zig-zag length (-1: null), then that many bytes."""
+    length, pos = _read_zigzag(buf, pos)
+    if length < 0:
+        return None, pos
+    return bytes(buf[pos : pos + length]), pos + length
+
+
 def _encode_record_entry(delta: int, key: bytes | None, value: bytes) -> bytes:
     body = b"".join(
         (
@@ -165,23 +173,16 @@ def _decode_records(
                 pos += 1
             else:
                 _ts_delta, pos = _read_zigzag(buf, pos)
-            byte = buf[pos]
-            if byte < 0x80:
-                delta, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+            if expected_delta < 64 and buf[pos] == expected_delta << 1:  # the expected one-byte delta
+                pos += 1
             else:
                 delta, pos = _read_zigzag(buf, pos)
-            if delta != expected_delta:
-                raise BatchFormatError(f"record offset delta {delta}, expected {expected_delta}")
-            byte = buf[pos]
-            if byte < 0x80:
-                key_len, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+                if delta != expected_delta:
+                    raise BatchFormatError(f"record offset delta {delta}, expected {expected_delta}")
+            if buf[pos] == 1:  # a null key (zig-zag -1): what kgw writes, except in control records
+                key, pos = None, pos + 1
             else:
-                key_len, pos = _read_zigzag(buf, pos)
-            if key_len < 0:
-                key = None
-            else:
-                key = bytes(buf[pos : pos + key_len])
-                pos += key_len
+                key, pos = _read_nullable_bytes(buf, pos)
             byte = buf[pos]
             if byte < 0x80:
                 value_len, pos = (byte >> 1) ^ -(byte & 1), pos + 1

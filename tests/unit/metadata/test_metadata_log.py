@@ -26,7 +26,7 @@ import metadata.directory as metadata_log
 from metadata.directory import DirectoryMetadataStore
 from metadata.record_batch import scan_batches
 from metadata.store import LoadedState, MetadataLogCorruptError, MetadataStoreBrokenError, MetadataStoreLockedError
-from metadata.record_batch import decode_batch
+from metadata.record_batch import BatchFormatError, decode_batch
 from metadata.records import AccessControlEntryRecord, ConfigRecord, RemoveAccessControlEntryRecord, decode_record, encode_record
 from metadata.shell import dump_state, kafka_uuid_str, render
 
@@ -141,6 +141,20 @@ def test_kio_batches_of_every_record_shape_decode_alike() -> None:
                                        attributes=i16(0), records=tuple(records)))
     decoded = decode_batch(buffer.getvalue(), 0, 40)
     assert decoded.entries == [(r.key, r.value) for r in records]
+
+
+
+@pytest.mark.parametrize("swap", [1, 70])  # one-byte and two-byte offset deltas
+def test_a_record_out_of_offset_order_is_refused(swap: int) -> None:
+    now = TZAwareMicros.parse(datetime.datetime.now(datetime.UTC))
+    offsets = list(range(100))
+    offsets[swap], offsets[swap + 1] = offsets[swap + 1], offsets[swap]
+    buffer = io.BytesIO()
+    write_batch(buffer, NewRecordBatch(producer_id=i64(-1), producer_epoch=i16(-1), base_sequence=i32(-1),
+                                       attributes=i16(0), records=tuple(
+        Record(attributes=i8(0), timestamp=now, offset=i64(o), key=None, value=b"v", headers=()) for o in offsets)))
+    with pytest.raises(BatchFormatError, match=f"record offset delta {swap + 1}, expected {swap}"):
+        decode_batch(buffer.getvalue(), 0, 0)
 
 
 # -- recovery -----------------------------------------------------------------
