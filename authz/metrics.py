@@ -27,11 +27,15 @@ metric                                                               type     la
 ``kgw_authorizer_authorization_allowed_total``                       counter  listener
 ``kgw_authorizer_authorization_denied_total``                        counter  listener
 ``kgw_authorizer_denied_by_principal_total``                         counter  listener, principal
+``kgw_authorizer_denied_by_topic_total``                             counter  listener, topic
 ===================================================================  =======  ===========================
 
-(``requests`` = ``allowed`` + ``denied``.)  Principals are client-chosen names (a SASL user
-name, a certificate subject): at most ``principal_labels`` distinct ones get their own label,
-later ones count as ``principal="other"``.
+(``requests`` = ``allowed`` + ``denied``.)  Principals and topics are client-chosen names (a
+SASL user name, a certificate subject, any topic a request names): at most
+``principal_labels`` distinct principals and ``topic_labels`` distinct topics get their own
+label, later ones count as ``"other"``.  The topic count holds the TOPIC actions a client was
+refused (``log_if_denied``: Kafka's mark of a denial that fails the request or hides what
+was asked for), not KIP-430 probes or the silent filtering of an unnamed listing.
 
 Cost: instead of several ``Counter.inc()`` calls per action (each takes a lock), the
 authorizer adds a whole batch's tallies to a per-listener ``_Tally`` (cached by listener
@@ -44,7 +48,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable, Collection, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -60,6 +64,7 @@ REQUESTS = "kgw_authorizer_authorization_requests"
 ALLOWED = "kgw_authorizer_authorization_allowed"
 DENIED = "kgw_authorizer_authorization_denied"
 DENIED_BY_PRINCIPAL = "kgw_authorizer_denied_by_principal"
+DENIED_BY_TOPIC = "kgw_authorizer_denied_by_topic"
 
 #: Kafka's default metrics.sample.window.ms and metrics.num.samples
 SAMPLE_WINDOW_S = 30.0
@@ -108,6 +113,36 @@ class _RateWindow:
         return (sum(s[1] for s in live) * 60 / elapsed, sum(s[2] for s in live) * 60 / elapsed)
 
 
+class _BoundedCounts:
+    """Counts by (listener, name) where the names are client-chosen: the first ``limit``
+    distinct names get their own label, later ones are counted as ``"other"``."""
+
+    __slots__ = ("counts", "limit", "lock", "names")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.counts: dict[tuple[str, str], int] = {}
+        self.names: set[str] = set()
+        self.lock = threading.Lock()
+
+    def add(self, listener: str, names: Iterable[str], n: int = 1) -> None:
+        """Count ``n`` for each of ``names`` (one lock for a whole request's names)."""
+        with self.lock:
+            known, counts = self.names, self.counts
+            for name in names:
+                if name not in known:
+                    if len(known) < self.limit:
+                        known.add(name)
+                    else:
+                        name = "other"
+                key = (listener, name)
+                counts[key] = counts.get(key, 0) + n
+
+    def items(self) -> list[tuple[tuple[str, str], int]]:
+        with self.lock:
+            return sorted(self.counts.items())
+
+
 class AuthorizerMetrics(Collector):
     """The authorizer's metrics, registered on a host-supplied registry.
 
@@ -115,28 +150,28 @@ class AuthorizerMetrics(Collector):
         acl_count: the current number of ACLs, read at scrape time.
         class_name: the authorizer's simple class name (Kafka's ``class`` tag).
         principal_labels: distinct principals labelled in the denial count at most.
+        topic_labels: distinct topics labelled in the denial count at most.
     """
 
     def __init__(self, acl_count: Callable[[], int], *, class_name: str = "StandardAuthorizer",
-                 principal_labels: int = 100, clock: Callable[[], float] = time.monotonic) -> None:
+                 principal_labels: int = 100, topic_labels: int = 100,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._acl_count = acl_count
         self._kafka_labels = (class_name, "authorizer.class.name", "broker")
         self._tallies: dict[str, _Tally] = {}
         self._tallies_lock = threading.Lock()
         self._window = _RateWindow()
         self._clock = clock
-        self._principal_labels = principal_labels
-        #: (listener, principal label) -> denials
-        self._denied_by_principal: dict[tuple[str, str], int] = {}
-        self._principals: set[str] = set()
-        self._principal_lock = threading.Lock()
+        self._denied_by_principal = _BoundedCounts(principal_labels)
+        self._denied_by_topic = _BoundedCounts(topic_labels)
 
     def register(self, registry: CollectorRegistry) -> None:
         registry.register(self)
 
-    def record(self, listener: str, allowed: int, denied: int, principal: str | None = None) -> None:
+    def record(self, listener: str, allowed: int, denied: int, principal: str | None = None,
+               denied_topics: Collection[str] = ()) -> None:
         """Add one ``authorize`` call's per-action outcomes for ``listener`` (and, when some
-        were denied, the principal they were denied to)."""
+        were denied, the principal they were denied to and the topics a client was refused)."""
         tally = self._tallies.get(listener)
         if tally is None:
             with self._tallies_lock:
@@ -145,15 +180,11 @@ class AuthorizerMetrics(Collector):
             tally.allowed += allowed
             tally.denied += denied
         self._window.record(self._clock(), allowed, denied)
-        if denied and principal is not None:
-            with self._principal_lock:
-                if principal not in self._principals:
-                    if len(self._principals) < self._principal_labels:
-                        self._principals.add(principal)
-                    else:
-                        principal = "other"
-                key = (listener, principal)
-                self._denied_by_principal[key] = self._denied_by_principal.get(key, 0) + denied
+        if denied:
+            if principal is not None:
+                self._denied_by_principal.add(listener, (principal,), denied)
+            if denied_topics:
+                self._denied_by_topic.add(listener, denied_topics)
 
     # -- prometheus_client Collector protocol -------------------------------
 
@@ -173,13 +204,16 @@ class AuthorizerMetrics(Collector):
             CounterMetricFamily(DENIED, "Authorization actions denied", labels=["listener"]),
             CounterMetricFamily(DENIED_BY_PRINCIPAL, "Authorization actions denied, by principal (at most "
                                 "100 principals; later ones as principal=\"other\")", labels=["listener", "principal"]),
+            CounterMetricFamily(DENIED_BY_TOPIC, "TOPIC actions refused to a client, by topic (at most 100 "
+                                "topics; later ones as topic=\"other\")", labels=["listener", "topic"]),
         )
 
     def describe(self) -> Iterator[Metric]:
         yield from self._families()
 
     def collect(self) -> Iterator[Metric]:
-        acls, request_rate, allowed_rate, denied_rate, requests, allowed, denied, by_principal = self._families()
+        acls, request_rate, allowed_rate, denied_rate, requests, allowed, denied, by_principal, by_topic = \
+            self._families()
         kafka = list(self._kafka_labels)
         acls.add_metric(kafka, self._acl_count())
         a_rate, d_rate = self._window.per_minute(self._clock())
@@ -192,8 +226,8 @@ class AuthorizerMetrics(Collector):
             requests.add_metric([listener], a + d)
             allowed.add_metric([listener], a)
             denied.add_metric([listener], d)
-        with self._principal_lock:
-            counts = sorted(self._denied_by_principal.items())
-        for (listener, principal), count in counts:
+        for (listener, principal), count in self._denied_by_principal.items():
             by_principal.add_metric([listener, principal], count)
-        yield from (acls, request_rate, allowed_rate, denied_rate, requests, allowed, denied, by_principal)
+        for (listener, topic), count in self._denied_by_topic.items():
+            by_topic.add_metric([listener, topic], count)
+        yield from (acls, request_rate, allowed_rate, denied_rate, requests, allowed, denied, by_principal, by_topic)

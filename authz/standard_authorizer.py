@@ -82,6 +82,8 @@ from .principal import parse_principal
 from authz.acl_rules import _ALLOW_OPS_FOR, _Op, _decide
 from authz.acl_rules import _ALLOWED, _DENIED, _Data
 
+_TOPIC = ResourceType.TOPIC
+
 SUPER_USERS_CONFIG = "super.users"
 
 
@@ -273,6 +275,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
         allowed = 0
         logged = 0
         suppressed: dict[tuple[str, str, bool], int] | None = None
+        denied_topics: list[str] | None = None
         for action in actions:
             rule = _decide(data, principal_key, host, action)
             result = rule.result
@@ -284,6 +287,10 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
                 level = levels.level_for(True, action)
             else:
                 level = levels.level_for(False, action)
+                if action.log_if_denied and action.resource_pattern.resource_type is _TOPIC:
+                    if denied_topics is None:
+                        denied_topics = []
+                    denied_topics.append(action.resource_pattern.name)
             if level:
                 if logged >= MAX_AUDITED_ACTIONS_PER_CALL:
                     if suppressed is None:
@@ -297,7 +304,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
             _log_suppressed(principal_key, context, suppressed)
         metrics = self._metrics
         if metrics is not None:
-            metrics.record(context.listener_name, allowed, len(results) - allowed, principal_key)
+            metrics.record(context.listener_name, allowed, len(results) - allowed, principal_key, denied_topics or ())
         return results
 
     def authorize_by_resource_type(

@@ -1,4 +1,4 @@
-"""AuthorizerMetrics: Kafka's windowed rates (2 x 30 s samples) and the bounded principal label."""
+"""AuthorizerMetrics: Kafka's windowed rates (2 x 30 s samples) and the bounded principal and topic labels."""
 
 from __future__ import annotations
 
@@ -54,3 +54,16 @@ def test_denials_by_principal_are_bounded():
     assert value(name, listener="L", principal="User:b") == 2
     assert value(name, listener="L", principal="other") == 4
     assert value(name, listener="L", principal="User:allowed-only") is None
+
+
+def test_denials_by_topic_are_bounded():
+    metrics, _, value = _metrics(topic_labels=2)
+    metrics.record("L", 3, 0, "User:a")  # nothing refused: no label spent
+    metrics.record("L", 0, 3, "User:a", ["t1", "t2", "t1"])
+    metrics.record("M", 0, 3, "User:a", ["t3", "t1", "t4"])  # past the bound: "other"
+    name = "kgw_authorizer_denied_by_topic_total"
+    assert value(name, listener="L", topic="t1") == 2
+    assert value(name, listener="L", topic="t2") == 1
+    assert value(name, listener="M", topic="t1") == 1
+    assert value(name, listener="M", topic="other") == 2
+    assert value(name, listener="M", topic="t3") is None

@@ -699,6 +699,30 @@ def test_metrics_count_per_action_per_listener_and_acl_total():
     assert value("kafka_server_plugins_acls_total_count", **kafka) == 3
 
 
+def test_metrics_count_the_topics_a_client_was_refused():
+    """kgw_authorizer_denied_by_topic_total: a TOPIC action denied with log_if_denied (a request
+    refused, a named topic hidden) counts for its topic; allowed actions, KIP-430 probes and
+    silent filtering (log_if_denied off) and denials of other resource types do not."""
+    registry = prometheus_client.CollectorRegistry()
+    a = make(acl("orders"))
+    a.monitor(registry)
+    a.authorize(ctx(listener="PLAIN"), [action("orders"), action("payroll"), action("payroll"),
+                                        action("hidden", log_if_denied=False),
+                                        action("payroll", rt=RT.GROUP)])
+    a.authorize(ctx(listener="SSL"), [action("payroll", Op.WRITE)])
+    a.authorize_by_resource_type(ctx(listener="SSL"), Op.WRITE, RT.TOPIC)  # a denied probe
+
+    def value(**labels):
+        return registry.get_sample_value("kgw_authorizer_denied_by_topic_total", labels)
+
+    assert value(listener="PLAIN", topic="payroll") == 2
+    assert value(listener="SSL", topic="payroll") == 1
+    assert value(listener="PLAIN", topic="orders") is None
+    assert value(listener="PLAIN", topic="hidden") is None
+    assert value(listener="SSL", topic="*") is None
+    assert value(listener="SSL", topic="hardcode") is None
+
+
 def test_one_request_denied_on_many_resources_writes_a_bounded_audit(caplog):
     """200k denied topics in one request must not write 200k lines (hostile-client finding 7):
     the first MAX_AUDITED_ACTIONS_PER_CALL are logged one by one, the rest counted in one line."""
