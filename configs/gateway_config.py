@@ -98,6 +98,9 @@ class ListenerTlsConfig:
     """Whether clients must present a certificate (Kafka ssl.client.auth)."""
     principal_mapping_rules: str = "DEFAULT"
     """Kafka ssl.principal.mapping.rules: how a certificate's DN becomes a principal name."""
+    reload_check_ms: int = 60000
+    """How often the certificate, key and CA files are checked for a change (then reloaded for
+    new connections, as on SIGHUP); 0: only on SIGHUP."""
 
 
 @_model

@@ -113,6 +113,7 @@ def _listener_tls(ctx: _Ctx, r: _Reader) -> ListenerTlsConfig:
         ca_file=r("ca_file", _path, None),
         client_auth=r("client_auth", _choice(*ClientAuth), ClientAuth.NONE),
         principal_mapping_rules=r("principal_mapping_rules", _STR, "DEFAULT"),
+        reload_check_ms=r("reload_check_ms", _int(0), 60000),
     )
     if tls.client_auth not in (None, ClientAuth.NONE) and not r.given("ca_file"):
         r.error("ca_file", f'required when client_auth is "{tls.client_auth}"')

@@ -39,7 +39,7 @@ from authz.principal_builder import (
 from gateway.auth_failures import AuthenticationFailed, AuthFailureTracker
 from gateway.sasl import SaslSession
 from metadata.scram_credentials import MetadataCredentialStore
-from gateway.tls import peer_certificate, server_ssl_context, tls_handshake
+from gateway.tls import peer_certificate, server_ssl_context, tls_files_fingerprint, tls_handshake
 
 
 __all__ = ["ConnectionAuth", "ListenerSecurity", "AuthenticationFailed"]
@@ -70,6 +70,9 @@ class ListenerSecurity:
         self.protocol = protocol
         self.uses_tls = protocol in ("SSL", "SASL_SSL")
         self.uses_sasl = protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        #: what the TLS files were when ``ssl_context`` was built from them (taken first, so a
+        #: change during the build is seen by the next check)
+        self.tls_fingerprint = tls_files_fingerprint(cfg.tls) if self.uses_tls else None
         self.ssl_context = server_ssl_context(cfg.tls) if self.uses_tls else None
         rules = cfg.tls.principal_mapping_rules if cfg.tls is not None else "DEFAULT"
         self.builder = load_principal_builder(
@@ -82,6 +85,21 @@ class ListenerSecurity:
                             if self.uses_sasl else None)
         self.failures = failures
         self._config = cfg
+
+    def reload_tls(self, only_if_changed: bool = False) -> bool:
+        """Build the TLS context again from the listener's files: connections accepted from now
+        on handshake with it, open ones keep theirs.  Returns False when ``only_if_changed`` and
+        the files are as they were at the last build or attempt.
+
+        :raises TlsConfigError: the files do not make a context; the one in use stays, and the
+            same files are not tried again until they change.
+        """
+        fingerprint = tls_files_fingerprint(self._config.tls)
+        if only_if_changed and fingerprint == self.tls_fingerprint:
+            return False
+        self.tls_fingerprint = fingerprint
+        self.ssl_context = server_ssl_context(self._config.tls)
+        return True
 
     async def accept(self, stream: trio.abc.Stream, client_address: str) -> tuple[trio.abc.Stream, ConnectionAuth]:
         """TLS handshake if needed, then the principal or a SASL session.

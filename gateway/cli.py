@@ -3,9 +3,10 @@
 ``kgw run --config FILE``
     Runs the gateway described by FILE.  Once every listener accepts it prints
     ``listening: NAME HOST:PORT`` per listener, ``admin: URL`` and ``ready`` on
-    stdout; logs go to stderr.  SIGINT/SIGTERM stop it cleanly (exit 0).  A bad
-    configuration (the YAML's problems, then gateway/preflight.py's) exits with
-    status 2 and one line per problem naming its key path.
+    stdout; logs go to stderr.  SIGINT/SIGTERM stop it cleanly (exit 0); SIGHUP
+    reloads the TLS listeners' certificates.  A bad configuration (the YAML's
+    problems, then gateway/preflight.py's) exits with status 2 and one line per
+    problem naming its key path.
 
 ``kgw check --config FILE``
     The same checks, without starting: exit 0 (and one line saying what would
@@ -52,8 +53,8 @@ _SERVING: dict = {}
 async def _run_until_signal(gateway_main) -> None:
     """Run until SIGINT/SIGTERM.  The first signal drains the gateway (stop accepting and
     reading, answer what is in flight, at most ``limits.drain_timeout_ms``), a second one
-    stops it at once."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    stops it at once.  SIGHUP reloads the TLS listeners' certificates (gateway/tls_reload.py)."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(gateway_main)
 
@@ -62,6 +63,12 @@ async def _run_until_signal(gateway_main) -> None:
                 async for signum in signals:
                     name = signal.Signals(signum).name
                     gateway = _SERVING.get("gateway")
+                    if signum == signal.SIGHUP:
+                        if gateway is None:
+                            log.info("received SIGHUP while starting: the certificates are being read anyway")
+                        else:
+                            gateway.tls.reload_all("SIGHUP")
+                        continue
                     if gateway is None or draining is not None:
                         log.info("received %s, shutting down now", name)
                         nursery.cancel_scope.cancel()
@@ -413,7 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
     hashing.set_defaults(func=cmd_hash_password)
     run = sub.add_parser("run", help="run the gateway from a YAML configuration file",
                          description="Run the gateway. Prints 'listening: NAME HOST:PORT' per listener and "
-                         "'ready' when accepting; stops cleanly on SIGINT/SIGTERM; exits 2 on a bad configuration.")
+                         "'ready' when accepting; stops cleanly on SIGINT/SIGTERM; SIGHUP reloads the TLS "
+                         "listeners' certificates; exits 2 on a bad configuration.")
     run.add_argument("--config", required=True, help="path of the YAML configuration (see configs/examples/)")
     run.add_argument("--workers", type=int, default=1, metavar="N",
                      help="run N gateway processes sharing each listener's ports (SO_REUSEPORT); needs "

@@ -26,6 +26,7 @@ from gateway.data_plane import DataPlane
 from gateway.dynamic_config import DynamicConfigManager
 from gateway.listeners import Listener
 from gateway.metrics import GatewayMetrics
+from gateway.tls_reload import TlsCertificates
 from gateway.upstream import UpstreamCluster
 from protocol.apis.api_versions import VersionRange, advertised_versions
 from protocol.apis.registry import LOCAL_KEYS, REGISTRY
@@ -61,6 +62,8 @@ class Gateway:
         #: topic names and ids learned from upstream responses (requests by topic id)
         self.topic_ids = TopicCache()
         self.listeners = [Listener(self, lc) for lc in config.listeners]
+        #: the TLS listeners' certificates, reloaded on SIGHUP or when their files change
+        self.tls = TlsCertificates(self.listeners, self.metrics.registry)
         self.dynamic_configs = DynamicConfigManager(self)
         self._ready: dict[str, bool] = {lc.name: False for lc in config.listeners}
         self._advertised: dict[int, VersionRange] | None = None
@@ -209,6 +212,7 @@ class Gateway:
             await self.image.load()
             await nursery.start(self.image.follow)
             await self.dynamic_configs.load()
+            nursery.start_soon(self.tls.watch)
             bound = {}
             for listener in self.listeners:
                 event = ready_events.get(listener.name)

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 :func:`server_ssl_context` turns a listener's ``tls`` section into an
-``ssl.SSLContext`` once, when the listener starts; every accepted connection
+``ssl.SSLContext`` when the listener starts, and again when its files change or
+on SIGHUP (``gateway/tls_reload.py``); every connection accepted meanwhile
 shares it.  The policy is fixed:
 
 * TLS 1.2 and 1.3 only (Kafka's default ``ssl.enabled.protocols``); a client
@@ -37,6 +38,7 @@ The handshake returns the peer certificate as DER (``None`` without one);
 
 from __future__ import annotations
 
+import os
 import ssl
 from pathlib import Path
 
@@ -47,9 +49,11 @@ from gateway.auth_failures import AuthenticationFailed
 
 __all__ = [
     "TlsConfigError",
+    "certificate_expiry",
     "client_ssl_context",
     "peer_certificate",
     "server_ssl_context",
+    "tls_files_fingerprint",
     "tls_handshake",
 ]
 
@@ -139,6 +143,33 @@ def _load_ca(ctx: ssl.SSLContext, ca_file: Path, where: str) -> None:
         ctx.load_verify_locations(cafile=str(ca_file))
     except (ssl.SSLError, OSError) as exc:
         raise TlsConfigError(f"{where}: cannot load CA bundle {ca_file}: {_ssl_reason(exc)}") from None
+
+
+def tls_files_fingerprint(tls_config) -> tuple:
+    """What identifies the current contents of a listener's certificate, key and CA files:
+    inode, size and modification time of each (None for a missing file).  A rewrite, a copy
+    over the file and Kubernetes' symlink swap of a mounted secret all change it."""
+    out = []
+    for path in (tls_config.cert_file, tls_config.key_file, tls_config.ca_file):
+        if path is None:
+            continue
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(None)
+        else:
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def certificate_expiry(cert_file: Path) -> float | None:
+    """The earliest notAfter (Unix time) of the certificates in a PEM file, or None if it
+    cannot be read."""
+    try:
+        certs = x509.load_pem_x509_certificates(Path(cert_file).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return min(c.not_valid_after_utc.timestamp() for c in certs) if certs else None
 
 
 # --------------------------------------------------------------------------- handshake

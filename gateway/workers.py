@@ -21,6 +21,8 @@ every worker binds each listener port with ``SO_REUSEPORT``.
 * **Stopping.** SIGTERM/SIGINT are passed to every worker (each drains, see ``kgw run``);
   the supervisor exits once they have.  A second signal kills them.  Workers run in their own
   sessions and drain by themselves when their supervisor is gone (killed).
+* **Certificates.** SIGHUP is passed to every ready worker, which reloads its TLS listeners'
+  certificates (gateway/tls_reload.py); a worker started later reads the files anyway.
 
 Start-up prints what ``kgw run`` prints (``listening:``, ``admin:``, ``ready``) once every
 worker is ready; a worker that exits before that stops the start with its status.
@@ -116,6 +118,16 @@ class Supervisor:
                         worker.index, process.pid, status, backoff)
             await trio.sleep(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    def signal_ready(self, signum: int) -> None:
+        """Pass ``signum`` to the workers that are ready (one still starting has not installed
+        its handlers yet, and reads its certificates anyway)."""
+        for w in self.workers:
+            if w.ready and w.process is not None and w.process.returncode is None:
+                try:
+                    w.process.send_signal(signum)
+                except ProcessLookupError:
+                    pass
 
     def signal_all(self, signum: int) -> None:
         for w in self.workers:
@@ -214,7 +226,7 @@ async def run_workers(config_path: str, config, count: int, say) -> None:
 
 
 async def _supervise(supervisor: Supervisor, failed_start: trio.Event, config, count: int, say) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             for w in supervisor.workers:
                 nursery.start_soon(supervisor._run_one, w, failed_start)
@@ -248,6 +260,10 @@ async def _supervise(supervisor: Supervisor, failed_start: trio.Event, config, c
             signalled = False
             async for signum in signals:
                 name = signal.Signals(signum).name
+                if signum == signal.SIGHUP:
+                    log.info("received SIGHUP: the workers reload their TLS certificates")
+                    supervisor.signal_ready(signal.SIGHUP)
+                    continue
                 if signalled:
                     log.info("received %s again: stopping the workers at once", name)
                     supervisor.signal_all(signal.SIGKILL)

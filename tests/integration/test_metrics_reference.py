@@ -1,11 +1,14 @@
 """docs/metrics.md is what a running gateway exports: every series in the table, with its type
 and labels, and nothing the table does not name.  The gateway runs with everything that adds
-series (the StandardAuthorizer, a SASL listener, audit publishing) and sees a denial, a failed
-login and a refused frame, so the series that appear on first use exist too."""
+series (the StandardAuthorizer, a SASL listener, a TLS listener, audit publishing) and sees a
+denial, a failed login, a refused frame and a certificate reload (SIGHUP), so the series that
+appear on first use exist too."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import socket
 import struct
 import urllib.request
@@ -17,7 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.kafka_data import authentication_error, confluent_errors
 from tests.support.metrics_doc import documented
+from gateway.dev_certs import write_dev_certs
 from tests.support.ports import HOST, free_port, free_port_base
+from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -31,14 +36,24 @@ def exported(text: str) -> dict[str, tuple[str, frozenset[str]]]:
     return found
 
 
+def _scrape_when(admin_url: str, needle: str) -> str | None:
+    with urllib.request.urlopen(admin_url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return text if needle in text else None
+
+
 def test_the_metrics_reference_is_what_a_gateway_exports(start_gateway, tmp_path):
     uid = uuid.uuid4().hex[:8]
     sasl = {"name": "SASL", "security_protocol": "SASL_PLAINTEXT", "host": HOST, "port": free_port(),
             "advertised_host": HOST, "broker_port_base": free_port_base(), "sasl": {"mechanisms": ["SCRAM-SHA-512"]}}
     external = {"name": "EXTERNAL", "security_protocol": "PLAINTEXT", "host": HOST, "port": free_port(),
                 "advertised_host": HOST, "broker_port_base": free_port_base()}
+    certs = write_dev_certs(tmp_path / "certs")
+    tls = {"name": "SSL", "security_protocol": "SSL", "host": HOST, "port": free_port(), "advertised_host": HOST,
+           "broker_port_base": free_port_base(),
+           "tls": {"cert_file": str(certs["gateway.pem"]), "key_file": str(certs["gateway-key.pem"])}}
     gw = start_gateway({
-        "listeners": [external, sasl],
+        "listeners": [external, sasl, tls],
         "authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer",
                        "config": {"allow.everyone.if.no.acl.found": False}},
         "audit": {"publish": True, "topic": f"kgw-audit-{uid}", "linger_ms": 100},
@@ -53,8 +68,9 @@ def test_the_metrics_reference_is_what_a_gateway_exports(start_gateway, tmp_path
     with socket.create_connection((host, int(port)), timeout=10) as raw:  # API key 32000: closed, counted
         raw.sendall(struct.pack(">ihhih", 10, 32000, 0, 1, -1))
         assert raw.recv(1) == b""
-    with urllib.request.urlopen(gw.admin_url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
+    os.kill(gw.process.pid, signal.SIGHUP)  # a certificate reload: its counter appears
+    text = wait_until(lambda: _scrape_when(gw.admin_url, "kgw_tls_certificate_reloads_total{"), 20,
+                      message="the reload counted")
     doc = documented()
     got = exported(text)
     supervisor_only = {name for name, (_, _, meaning) in doc.items() if meaning.startswith("supervisor only")}
