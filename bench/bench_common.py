@@ -62,16 +62,19 @@ def start_tansu(log_dir: Path, *, advertised_port: int | None = None) -> tuple[M
 
 
 def start_kgw(log_dir: Path, tansu_port: int, name: str = "kgw", extra_config: str = "",
-              meta_dir: Path | None = None) -> tuple[ManagedProcess, int]:
+              meta_dir: Path | None = None, listener: dict | None = None) -> tuple[ManagedProcess, int]:
     """``kgw run`` in front of tansu, logging at WARNING; ``extra_config`` (YAML) is merged into
-    its configuration.  ``meta_dir`` (the metadata log directory) is reused across start
-    attempts, so ACLs seeded into it before the call survive a retry on other ports."""
+    its configuration and ``listener`` into its one listener's.  ``meta_dir`` (the metadata log
+    directory) is reused across start attempts, so ACLs seeded into it before the call survive
+    a retry on other ports."""
     meta_dir = meta_dir or log_dir / f"{name}-meta"
     extra = yaml.safe_load(extra_config) or {}
     last: Exception | None = None
     for attempt in range(3):
         config = deep_merge(base_gateway_config(f"{HOST}:{tansu_port}", meta_dir),
                             {"logging": {"level": "WARNING"}, **extra})
+        if listener:
+            config["listeners"][0] = deep_merge(config["listeners"][0], listener)
         try:
             gateway = launch_gateway(f"{name}-{attempt}", config, log_dir)
         except ProcessError as exc:  # a port taken meanwhile: again on others

@@ -39,7 +39,7 @@ from authz.principal_builder import (
 from gateway.auth_failures import AuthenticationFailed, AuthFailureTracker
 from gateway.sasl import SaslSession
 from metadata.scram_credentials import MetadataCredentialStore
-from gateway.tls import peer_certificate, server_ssl_context, tls_files_fingerprint, tls_handshake
+from gateway.tls import peer_certificate, release_tls_stream, server_ssl_context, tls_files_fingerprint, tls_handshake
 
 
 __all__ = ["ConnectionAuth", "ListenerSecurity", "AuthenticationFailed"]
@@ -128,6 +128,7 @@ class ListenerSecurity:
             return stream, ConnectionAuth(self.builder.build(base), None)
         except PrincipalBuildError as e:
             self._failed(client_address, self.protocol, f"no principal for the client: {e}")
+            release_tls_stream(stream)
             raise AuthenticationFailed(str(e)) from None
 
     def _failed(self, client_address: str, mechanism: str, reason: str) -> None:

@@ -60,6 +60,7 @@ from protocol.headers import HeaderError, RequestHeader, parse_request_header
 from gateway.authentication import AuthenticationFailed
 from gateway.fast_io import FastStream, fast_stream
 from gateway.sasl import SaslStateError
+from gateway.tls import release_tls_stream
 from gateway.upstream import UpstreamUnavailable, open_upstream
 from gateway.connection_core import CloseConnection, ConnectionCore, SLOW, Slot, SASL_KEYS, next_request
 from gateway.connection_handoff import DataPlaneHandoff
@@ -150,6 +151,7 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
         except* (trio.BrokenResourceError, trio.ClosedResourceError):
             log.debug("client connection broken", extra=self.log_fields())
         finally:
+            release_tls_stream(self.stream)
             if self._upstream is not None:
                 await trio.aclose_forcefully(self._upstream)
 
@@ -213,7 +215,13 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
                 return None
             with trio.move_on_at(_trio_deadline(self._read_deadline())) as timer:
                 self._read_scope = timer
-                data = await _receive(self.stream, decoder)
+                try:
+                    data = await _receive(self.stream, decoder)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    # the client went away without closing cleanly (a reset; over TLS, no
+                    # close_notify): an end like EOF, not an error for the nursery to gather
+                    log.debug("client connection broken", extra=self.log_fields())
+                    return None
             self._read_scope = None
             if timer.cancelled_caught:
                 if not self.draining:
