@@ -153,6 +153,7 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
         finally:
             release_tls_stream(self.stream)
             if self._upstream is not None:
+                release_tls_stream(self._upstream)  # kgw's own TLS towards the broker, if any
                 await trio.aclose_forcefully(self._upstream)
 
     # ----------------------------------------------------------- client side

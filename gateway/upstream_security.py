@@ -61,7 +61,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_writer
 from kio.static.primitive import i16, i32
 
-from gateway.tls import client_ssl_context
+from gateway.tls import client_ssl_context, release_tls_stream
 from protocol.codecs import CodecError, decode_response, encode, request_class
 from protocol.framing import NEED_DATA, FrameDecoder
 from protocol.headers import read_uvarint
@@ -122,6 +122,7 @@ async def _tls(stream: trio.abc.Stream, host: str, tls_config: Any, where: str) 
     try:
         await ssl_stream.do_handshake()
     except trio.BrokenResourceError as exc:
+        release_tls_stream(ssl_stream)
         cause = exc.__cause__
         if isinstance(cause, ssl.SSLCertVerificationError):
             reason = f"broker certificate refused: {cause.verify_message}"

@@ -38,10 +38,14 @@ class FakeBroker:
         self.delay: dict[int, float] = {}
         self.connections = 0
         self.versions = {0: (3, 11), 3: (0, 12), 16: (0, 5), 18: (0, 3)}
+        #: a server context: the broker's listener is SSL (kgw's upstream.tls)
+        self.ssl_context = None
 
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED):
         listeners = await trio.open_tcp_listeners(self.port, host="127.0.0.1")  # 0 the first time
         self.port = listeners[0].socket.getsockname()[1]
+        if self.ssl_context is not None:
+            listeners = [trio.SSLListener(tcp, self.ssl_context, https_compatible=False) for tcp in listeners]
         task_status.started(self)
         await trio.serve_listeners(self._handle, listeners)
 

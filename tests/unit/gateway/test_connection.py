@@ -576,6 +576,50 @@ async def test_closed_tls_connections_are_freed_at_once_not_by_the_cycle_collect
         gc.enable()
 
 
+async def test_upstream_tls_streams_are_freed_with_their_connection(nursery, tmp_path):
+    """kgw's own TLS connections to the broker (upstream.tls) are freed when the client's
+    connection closes, as the client-side ones are (the same SSLStream cycle)."""
+    import gc
+    import ssl
+
+    from gateway.connection import ClientConnection
+    from gateway.tls import server_ssl_context
+    from configs.gateway_config import ListenerTlsConfig
+    from tests.unit.gateway.certs import make_pki
+
+    (tmp_path / "pki").mkdir()
+    pki = make_pki(tmp_path / "pki")
+    broker = FakeBroker()
+    broker.ssl_context = server_ssl_context(ListenerTlsConfig(cert_file=pki.server.cert_file,
+                                                              key_file=pki.server.key_file))
+    broker = await nursery.start(broker.serve)
+    gateway, port = await _start_gateway(nursery, tmp_path, broker, True, upstream={
+        "bootstrap_servers": [f"localhost:{broker.port}"], "request_timeout_ms": 5000,
+        "security_protocol": "SSL", "tls": {"ca_file": str(pki.ca.cert_file)}})
+
+    def kgw_upstream_alive() -> list:
+        return [o for o in gc.get_objects()
+                if isinstance(o, ClientConnection) or (isinstance(o, trio.SSLStream) and not o.server_side)]
+
+    await (await _forwarding_client(port)).stream.aclose()
+    with trio.fail_after(5):
+        while gateway.connections:
+            await trio.sleep(0.01)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(30):
+            client = await _forwarding_client(port)  # forwarded over kgw's own TLS connection
+            await client.stream.aclose()
+        with trio.fail_after(5):
+            while gateway.connections:
+                await trio.sleep(0.01)
+        alive = kgw_upstream_alive()
+        assert len(alive) <= 3, f"{len(alive)} objects still alive after close: {alive[:4]}"
+    finally:
+        gc.enable()
+
+
 async def test_api_versions_is_answered_on_the_fast_path(setup, data_plane, monkeypatch):
     """ApiVersions on a forwarding connection is answered where the request is dispatched (on
     the data plane, without pausing the lane for the Trio task), in request order."""
