@@ -484,6 +484,31 @@ async def test_drain_gives_up_after_its_timeout_and_counts_what_was_abandoned(nu
         assert await gateway.drain(0.2) == 1
 
 
+async def _alive_after_closing(gateway, one, count: int, alive) -> list:
+    """Run ``one()`` (open, use and close a connection) once, then ``count`` times with the
+    cycle collector off, and return ``alive()``: what those connections left behind that only
+    the collector would free."""
+    import gc
+
+    async def all_closed() -> None:
+        with trio.fail_after(5):
+            while gateway.connections:
+                await trio.sleep(0.01)
+
+    await one()
+    await all_closed()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(count):
+            await one()
+        await all_closed()
+        await trio.testing.wait_all_tasks_blocked()
+        return alive()
+    finally:
+        gc.enable()
+
+
 async def test_closed_connections_are_freed_at_once_not_by_the_cycle_collector(nursery, tmp_path, data_plane):
     """With the collector off, a hundred connections opened, used and closed leave (almost)
     nothing behind: each is freed by reference counting when it closes.  A reference cycle
@@ -496,20 +521,14 @@ async def test_closed_connections_are_freed_at_once_not_by_the_cycle_collector(n
 
     broker = await nursery.start(FakeBroker().serve)
     gateway, port = await _start_gateway(nursery, tmp_path, broker, data_plane)
-    await (await _forwarding_client(port)).stream.aclose()
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(100):
-            client = await _forwarding_client(port)  # forwarded: on the data plane when it is on
-            await client.stream.aclose()
-        with trio.fail_after(5):
-            while gateway.connections:
-                await trio.sleep(0.01)
-        alive = [o for o in gc.get_objects() if isinstance(o, (ClientConnection, Lane))]
-        assert len(alive) <= 2, f"{len(alive)} connection objects still alive after close"
-    finally:
-        gc.enable()
+
+    async def one() -> None:
+        client = await _forwarding_client(port)  # forwarded: on the data plane when it is on
+        await client.stream.aclose()
+
+    alive = await _alive_after_closing(
+        gateway, one, 100, lambda: [o for o in gc.get_objects() if isinstance(o, (ClientConnection, Lane))])
+    assert len(alive) <= 2, f"{len(alive)} connection objects still alive after close"
 
 
 @pytest.mark.parametrize("ending", ["close_notify", "no_close_notify", "failed_handshake"])
@@ -553,27 +572,10 @@ async def test_closed_tls_connections_are_freed_at_once_not_by_the_cycle_collect
         else:
             await tcp.aclose()  # the TCP connection ends without TLS's close_notify
 
-    def server_side_alive() -> list:
-        return [o for o in gc.get_objects()
-                if isinstance(o, ClientConnection) or (isinstance(o, trio.SSLStream) and o.server_side)]
-
-    await one()
-    with trio.fail_after(5):
-        while gateway.connections:
-            await trio.sleep(0.01)
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(30):
-            await one()
-        with trio.fail_after(5):
-            while gateway.connections:
-                await trio.sleep(0.01)
-        await trio.testing.wait_all_tasks_blocked()
-        alive = server_side_alive()
-        assert len(alive) <= 2, f"{len(alive)} connection objects still alive after close: {alive[:4]}"
-    finally:
-        gc.enable()
+    alive = await _alive_after_closing(gateway, one, 30, lambda: [
+        o for o in gc.get_objects()
+        if isinstance(o, ClientConnection) or (isinstance(o, trio.SSLStream) and o.server_side)])
+    assert len(alive) <= 2, f"{len(alive)} connection objects still alive after close: {alive[:4]}"
 
 
 async def test_upstream_tls_streams_are_freed_with_their_connection(nursery, tmp_path):
@@ -597,27 +599,14 @@ async def test_upstream_tls_streams_are_freed_with_their_connection(nursery, tmp
         "bootstrap_servers": [f"localhost:{broker.port}"], "request_timeout_ms": 5000,
         "security_protocol": "SSL", "tls": {"ca_file": str(pki.ca.cert_file)}})
 
-    def kgw_upstream_alive() -> list:
-        return [o for o in gc.get_objects()
-                if isinstance(o, ClientConnection) or (isinstance(o, trio.SSLStream) and not o.server_side)]
+    async def one() -> None:
+        client = await _forwarding_client(port)  # forwarded over kgw's own TLS connection
+        await client.stream.aclose()
 
-    await (await _forwarding_client(port)).stream.aclose()
-    with trio.fail_after(5):
-        while gateway.connections:
-            await trio.sleep(0.01)
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(30):
-            client = await _forwarding_client(port)  # forwarded over kgw's own TLS connection
-            await client.stream.aclose()
-        with trio.fail_after(5):
-            while gateway.connections:
-                await trio.sleep(0.01)
-        alive = kgw_upstream_alive()
-        assert len(alive) <= 3, f"{len(alive)} objects still alive after close: {alive[:4]}"
-    finally:
-        gc.enable()
+    alive = await _alive_after_closing(gateway, one, 30, lambda: [
+        o for o in gc.get_objects()
+        if isinstance(o, ClientConnection) or (isinstance(o, trio.SSLStream) and not o.server_side)])
+    assert len(alive) <= 3, f"{len(alive)} objects still alive after close: {alive[:4]}"
 
 
 async def test_api_versions_is_answered_on_the_fast_path(setup, data_plane, monkeypatch):
