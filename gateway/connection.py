@@ -136,10 +136,16 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                decoder = await self._read_client()
-                if decoder is not None:
-                    await self._serve_in_data_plane(decoder)
-                nursery.cancel_scope.cancel()
+                try:
+                    decoder = await self._read_client()
+                    if decoder is not None:
+                        await self._serve_in_data_plane(decoder)
+                finally:
+                    # Cancel the upstream reader from here, before an exception leaves this
+                    # block: cancelled later by the nursery itself, its Cancelled's traceback
+                    # would reach the frame holding the nursery's exception group (a cycle
+                    # keeping the connection until a full collection).
+                    nursery.cancel_scope.cancel()
             if self.draining:
                 await self._half_close()
         except* CloseConnection as group:
@@ -222,13 +228,7 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
                 return None
             with trio.move_on_at(_trio_deadline(self._read_deadline())) as timer:
                 self._read_scope = timer
-                try:
-                    data = await _receive(self.stream, decoder)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    # the client went away without closing cleanly (a reset; over TLS, no
-                    # close_notify): an end like EOF, not an error for the nursery to gather
-                    log.debug("client connection broken", extra=self.log_fields())
-                    return None
+                data = await _receive(self.stream, decoder)
             self._read_scope = None
             if timer.cancelled_caught:
                 if not self.draining:

@@ -72,7 +72,12 @@ class DataPlaneHandoff:
                     continue
                 released = True
                 if kind == "closed":
-                    raise message[1]
+                    reason = message[1]
+                    del message  # the frame must not hold the exception its traceback holds
+                    try:
+                        raise reason
+                    finally:
+                        del reason
                 if kind == "broken":
                     raise trio.BrokenResourceError("client connection broken")
                 if kind == "eof" and message[1]:

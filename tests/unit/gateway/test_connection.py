@@ -578,21 +578,25 @@ async def test_closed_tls_connections_are_freed_at_once_not_by_the_cycle_collect
     assert len(alive) <= 2, f"{len(alive)} connection objects still alive after close: {alive[:4]}"
 
 
-@pytest.mark.parametrize("ending", ["login_refused", "unknown_api"])
+@pytest.mark.parametrize("ending", ["login_refused", "unknown_api", "upstream_timeout", "idle"])
 async def test_connections_kgw_closes_are_freed_at_once(nursery, tmp_path, data_plane, ending):
-    """A connection kgw closes (a refused login, a request it cannot serve) is freed when it
-    closes: the reason, an exception, was kept in a loop variable of the frame its own
-    traceback holds, so every such connection waited for a full collection."""
+    """A connection kgw closes (a refused login, a request it cannot serve, an upstream
+    timeout, idleness) is freed when it closes.  The reason, an exception, was kept by a frame
+    its own traceback holds (a loop variable in run()'s handler; the data plane's message in
+    _serve_in_data_plane), so every such connection waited for a full collection."""
     import gc
 
     from authz.credentials import PlainCredential
     from gateway.connection import ClientConnection
 
     broker = await nursery.start(FakeBroker().serve)
+    broker.hang.add(16 if ending == "upstream_timeout" else -1)
     gateway, port = await _start_gateway(nursery, tmp_path, broker, data_plane, listeners=[{
         "name": "T", "security_protocol": "SASL_PLAINTEXT", "host": "127.0.0.1", "port": 0,
         "advertised_host": "127.0.0.1", "broker_port_base": free_port_base((NODE_ID,)),
-        "sasl": {"mechanisms": ["PLAIN"]}}], limits={"failed_authentication_delay_ms": 0},
+        "sasl": {"mechanisms": ["PLAIN"]}}],
+        limits={"failed_authentication_delay_ms": 0, "connections_max_idle_ms": 200},
+        upstream={"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 200},
         users={"plain": [{"name": "bob", "password_hash": PlainCredential.hash_password("right", iterations=1000)}]})
 
     async def one() -> None:
@@ -602,14 +606,20 @@ async def test_connections_kgw_closes_are_freed_at_once(nursery, tmp_path, data_
         password = b"wrong" if ending == "login_refused" else b"right"
         await client.send(36, 2, 2, request_class(36, 2)(auth_bytes=b"\0bob\0" + password))
         await client.receive(36, 2)
+        if ending == "login_refused":
+            await client.stream.aclose()  # kgw waits for the client to close first
+            return
         if ending == "unknown_api":
             await client.stream.send_all(struct.pack(">ihhih", 10, 32000, 0, 3, -1))
-            with trio.fail_after(5):
-                assert await client.receive_frame() is None  # closed by kgw
-        await client.stream.aclose()  # after a refused login kgw waits for the client to close first
+        else:  # forwarded (on the data plane when it is on), then never answered or idle
+            await client.send(16, 4, 3, request_class(16, 4)(states_filter=()))
+        with trio.fail_after(5):
+            while await client.receive_frame() is not None:
+                pass  # until kgw closes the connection
+        await client.stream.aclose()
 
     alive = await _alive_after_closing(
-        gateway, one, 30, lambda: [o for o in gc.get_objects() if isinstance(o, ClientConnection)])
+        gateway, one, 20, lambda: [o for o in gc.get_objects() if isinstance(o, ClientConnection)])
     assert len(alive) <= 2, f"{len(alive)} connection objects still alive after close"
 
 
