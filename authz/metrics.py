@@ -169,7 +169,7 @@ class AuthorizerMetrics(Collector):
         registry.register(self)
 
     def record(self, listener: str, allowed: int, denied: int, principal: str | None = None,
-               denied_topics: Collection[str] = ()) -> None:
+               denied_topics: Collection[str] | None = None) -> None:
         """Add one ``authorize`` call's per-action outcomes for ``listener`` (and, when some
         were denied, the principal they were denied to and the topics a client was refused)."""
         tally = self._tallies.get(listener)

@@ -304,7 +304,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
             _log_suppressed(principal_key, context, suppressed)
         metrics = self._metrics
         if metrics is not None:
-            metrics.record(context.listener_name, allowed, len(results) - allowed, principal_key, denied_topics or ())
+            metrics.record(context.listener_name, allowed, len(results) - allowed, principal_key, denied_topics)
         return results
 
     def authorize_by_resource_type(

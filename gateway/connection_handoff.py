@@ -72,12 +72,10 @@ class DataPlaneHandoff:
                     continue
                 released = True
                 if kind == "closed":
-                    reason = message[1]
-                    del message  # the frame must not hold the exception its traceback holds
                     try:
-                        raise reason
+                        raise message[1]
                     finally:
-                        del reason
+                        del message  # the frame must not hold the exception its traceback holds
                 if kind == "broken":
                     raise trio.BrokenResourceError("client connection broken")
                 if kind == "eof" and message[1]:

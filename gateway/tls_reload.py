@@ -99,4 +99,3 @@ class TlsCertificates:
         if expiry is not None:
             self.expiry.labels(listener.name).set(expiry)
         return expiry
-

@@ -119,19 +119,11 @@ class Supervisor:
             await trio.sleep(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX_S)
 
-    def signal_ready(self, signum: int) -> None:
-        """Pass ``signum`` to the workers that are ready (one still starting has not installed
-        its handlers yet, and reads its certificates anyway)."""
+    def signal_all(self, signum: int, *, ready_only: bool = False) -> None:
+        """Pass ``signum`` to the running workers (``ready_only``: those that are ready; one
+        still starting has not installed its handlers yet)."""
         for w in self.workers:
-            if w.ready and w.process is not None and w.process.returncode is None:
-                try:
-                    w.process.send_signal(signum)
-                except ProcessLookupError:
-                    pass
-
-    def signal_all(self, signum: int) -> None:
-        for w in self.workers:
-            if w.process is not None and w.process.returncode is None:
+            if w.process is not None and w.process.returncode is None and (w.ready or not ready_only):
                 try:
                     w.process.send_signal(signum)
                 except ProcessLookupError:
@@ -262,7 +254,7 @@ async def _supervise(supervisor: Supervisor, failed_start: trio.Event, config, c
                 name = signal.Signals(signum).name
                 if signum == signal.SIGHUP:
                     log.info("received SIGHUP: the workers reload their TLS certificates")
-                    supervisor.signal_ready(signal.SIGHUP)
+                    supervisor.signal_all(signal.SIGHUP, ready_only=True)  # a starting one reads the files anyway
                     continue
                 if signalled:
                     log.info("received %s again: stopping the workers at once", name)
