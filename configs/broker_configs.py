@@ -206,6 +206,8 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
                   source_path="upstream.request_timeout_ms"), up.request_timeout_ms)
     add(ConfigDef("upstream.metadata.max.age.ms", ConfigType.LONG, "Refresh upstream metadata at least this often.",
                   "300000", source_path="upstream.metadata_max_age_ms"), up.metadata_max_age_ms)
+    add(ConfigDef("upstream.principal", ConfigType.STRING, "kgw's own principal as the brokers see it.",
+                  source_path="upstream.principal"), up.principal)
 
     # -- limits, admin, metadata
     add(ConfigDef("socket.request.max.bytes", ConfigType.INT, "Largest request frame accepted.", "104857600",

@@ -203,6 +203,17 @@ class UpstreamConfig:
     """Timeout for one upstream request."""
     metadata_max_age_ms: int = 300000
     """Refresh cached upstream metadata at least this often."""
+    principal: str | None = None
+    """kgw's own principal as the brokers see it ("Type:Name"); None: ``User:<sasl.username>``
+    with SASL, unknown otherwise.  Delegation tokens created through kgw name it as a renewer, so
+    that kgw can renew and expire them for their owners (docs/security.md)."""
+
+    @property
+    def own_principal(self) -> str | None:
+        """``principal``, or the one SASL gives kgw, or None when kgw cannot tell."""
+        if self.principal is not None:
+            return self.principal
+        return f"User:{self.sasl.username}" if self.sasl is not None else None
 
 
 @_model

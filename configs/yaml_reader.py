@@ -173,6 +173,9 @@ def _upstream_sasl(ctx: _Ctx, r: _Reader) -> UpstreamSaslConfig:
     )
 
 
+_PRINCIPAL = _str(r"[^:\s]+:.+", 'a principal "Type:Name"')
+
+
 @_section(UpstreamConfig)
 def _upstream(ctx: _Ctx, r: _Reader) -> UpstreamConfig:
     protocol = r("security_protocol", _PROTOCOL, SecurityProtocol.PLAINTEXT)
@@ -184,6 +187,7 @@ def _upstream(ctx: _Ctx, r: _Reader) -> UpstreamConfig:
         connect_timeout_ms=r("connect_timeout_ms", _POSITIVE, 10000),
         request_timeout_ms=r("request_timeout_ms", _POSITIVE, 30000),
         metadata_max_age_ms=r("metadata_max_age_ms", _POSITIVE, 300000),
+        principal=r("principal", _PRINCIPAL, None),
     )
     _check_protocol_sections(r, protocol, tls_required=False)
     return upstream

@@ -257,6 +257,11 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
             await self._flush()
 
     async def _on_request_slow(self, frame: memoryview, to_upstream: list[memoryview]) -> None:
+        awaiting = self.take_awaiting(frame)
+        if awaiting is not None:  # enforced by dispatch_sync; its decision asks the upstream first
+            _frame, header, spec, info, body, decision = awaiting
+            await self._apply_decision(header, spec, info, body, frame, decision, to_upstream)
+            return
         body = frame[4:]
         session = self.auth.session
         if session is not None and session.expects_raw_token:
@@ -323,6 +328,11 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
 
     async def _apply_decision(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, body: memoryview,
                               frame: memoryview, decision: Decision, to_upstream: list) -> None:
+        if decision.then is not None:
+            if to_upstream:  # earlier requests must not wait behind the question to the upstream
+                await self._send_upstream(to_upstream)
+                to_upstream.clear()
+            decision = await self._settled(spec, header, decision)
         if decision.close is not None:
             raise CloseConnection(decision.close, "denied")
         if decision.respond is not None:
@@ -332,6 +342,23 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
         if decision.request is not None:
             frame = self._rebuilt(body, header, decision.request)
         await self._forward(header, spec, info, frame, to_upstream, decision.merge, large)
+
+    async def _settled(self, spec: ApiSpec, header: RequestHeader, decision: Decision) -> Decision:
+        """Ask the upstream what ``decision.then`` needs and return the decision it makes.  No
+        answer in time, or none at all, closes the connection: nothing is forwarded on a guess."""
+        try:
+            with trio.fail_after(self._request_timeout_s):
+                decided = await decision.then(self.gw)
+        except trio.TooSlowError:
+            raise CloseConnection(f"{spec.name}: the upstream did not answer kgw's own question within "
+                                  f"{self._request_timeout_s:g}s; nothing forwarded", "upstream") from None
+        except UpstreamUnavailable as e:
+            raise CloseConnection(f"{spec.name}: {e}; nothing forwarded", "upstream") from None
+        except RefuseRequest as e:
+            raise CloseConnection(f"{spec.name} refused: {e}", "refused") from None
+        if decided.then is not None:
+            raise RuntimeError(f"{spec.name}: a decision made after asking the upstream asks again")
+        return decided
 
     async def _advertised(self):
         try:

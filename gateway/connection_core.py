@@ -107,7 +107,8 @@ class ConnectionCore:
         self.pending: deque[Slot] = deque()
         self._queued: list[memoryview] = []
         self._enforce_state: dict = {}  # per-connection state of API enforcements (Fetch sessions)
-        self._no_authorizer = AuthHelper(None, None, self._enforce_state, self.gw.topic_ids)
+        self._no_authorizer = AuthHelper(None, None, self._enforce_state, self.gw.topic_ids,
+                                         self.gw.enforcement_state)
         self._routes: dict[int, object] = {}  # dispatch_sync's per-(api, version) lookups ...
         self._routes_for = None  # ... valid for this advertised-versions table
         self.in_flight: deque[Slot] = deque()  # forwarded, awaiting the upstream
@@ -139,6 +140,9 @@ class ConnectionCore:
         self.heavy: tuple | None = None
         #: a drain began (gateway stopping): read no new request, answer what is in flight, close
         self.draining = False
+        #: a request :meth:`dispatch_sync` enforced whose decision must first ask the upstream
+        #: (``Decision.then``): (frame, header, spec, info, body, decision)
+        self._awaiting: tuple | None = None
 
     @property
     def on_data_plane(self) -> bool:
@@ -246,6 +250,11 @@ class ConnectionCore:
             raise self._unsupported(spec, header, advertised.get(header.api_key))
         info = self._inspected(spec, inspect, header, body)
         decision = self._enforce(spec, self._auth_helper(header), header, body, info)
+        if decision.then is not None:
+            # enforced, but it must ask the upstream before it decides: the driver continues it
+            # on Trio (:meth:`take_awaiting`), the lane paused meanwhile
+            self._awaiting = (frame, header, spec, info, body, decision)
+            return SLOW
         if decision.close is not None:
             raise CloseConnection(decision.close, "denied")
         if decision.respond is not None:
@@ -257,6 +266,14 @@ class ConnectionCore:
             self._track(header, spec, info, decision.merge)
         to_upstream.append(frame)
         return False
+
+    def take_awaiting(self, frame: memoryview) -> tuple | None:
+        """The request :meth:`dispatch_sync` left to be continued for ``frame`` (counted and
+        enforced already), or None."""
+        awaiting, self._awaiting = self._awaiting, None
+        if awaiting is not None and awaiting[0] is not frame:
+            raise RuntimeError("a continued request is not the frame the driver passed back")
+        return awaiting
 
     def _is_large(self, frame: memoryview) -> bool:
         """Whether a request is inspected off the shared loops (its size above the limit of
@@ -329,7 +346,7 @@ class ConnectionCore:
             self.listener_name, self.listener.security_protocol, self.principal, self.client_address,
             header.api_key, header.api_version, header.client_id, header.correlation_id,
         )
-        return AuthHelper(authorizer, context, self._enforce_state, self.gw.topic_ids)
+        return AuthHelper(authorizer, context, self._enforce_state, self.gw.topic_ids, self.gw.enforcement_state)
 
     def _enforce(self, spec: ApiSpec, auth: AuthHelper, header: RequestHeader, body: memoryview,
                  info: RequestInfo) -> Decision:

@@ -28,6 +28,7 @@ from gateway.listeners import Listener
 from gateway.metrics import GatewayMetrics
 from gateway.tls_reload import TlsCertificates
 from gateway.upstream import UpstreamCluster
+from gateway.upstream_queries import UpstreamQueries
 from protocol.apis.api_versions import VersionRange, advertised_versions
 from protocol.apis.registry import LOCAL_KEYS, REGISTRY
 from authz.credentials import CredentialStore
@@ -56,6 +57,11 @@ class Gateway:
         up = config.upstream
         self.cluster = UpstreamCluster(up.bootstrap_servers, up.connect_timeout_ms / 1000, up.request_timeout_ms / 1000,
                                        security=up)
+        #: kgw's own questions to the upstream before it decides for a client (Decision.then)
+        self.upstream = UpstreamQueries(self.cluster)
+        #: enforcement state that outlives one connection (regular-expression subscriptions,
+        #: streams topologies); each user bounds its own entries
+        self.enforcement_state: dict = {}
         self.authorizer = self._make_authorizer(config)
         self.auth_failures = AuthFailureTracker(self.metrics.registry)
         self.image: MetadataImage | None = None
@@ -255,6 +261,7 @@ class Gateway:
             await trio.sleep_forever()
         finally:
             with trio.CancelScope(shield=True):
+                await self.upstream.aclose()
                 await store.aclose()
                 if self.authorizer is not None:
                     self.authorizer.close()

@@ -57,14 +57,18 @@ def _action(resource_type: ResourceType, name: str, op: AclOperation, count: int
 
 
 class AuthHelper:
-    __slots__ = ("authorizer", "context", "connection_state", "topics")
+    __slots__ = ("authorizer", "context", "connection_state", "topics", "gateway_state")
 
     def __init__(self, authorizer: Authorizer | None, context: AuthorizableRequestContext | None,
-                 connection_state: dict | None = None, topics: TopicCache | None = None) -> None:
+                 connection_state: dict | None = None, topics: TopicCache | None = None,
+                 gateway_state: dict | None = None) -> None:
         self.authorizer = authorizer
         self.context = context
         #: state an API keeps for the client connection (e.g. Fetch sessions); lives as long as it
         self.connection_state = connection_state if connection_state is not None else {}
+        #: state an API keeps across connections, for the whole gateway (e.g. the members of a
+        #: regular-expression subscription); each API bounds what it keeps there
+        self.gateway_state = gateway_state if gateway_state is not None else {}
         #: the topic names and ids the gateway learned from upstream responses (an empty cache
         #: without one: every topic id is unknown, requests by id fail closed)
         self.topics = topics if topics is not None else TopicCache()

@@ -9,14 +9,15 @@ and tests implement with plain objects.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from authz.authorizer import Authorizer
 from authz.credentials import ScramCredential
 from configs.config_model import AlterResult, ConfigChange, ConfigEntry, ConfigResource
 
-__all__ = ["BrokerConfigs", "LocalServices", "MetadataWriter"]
+__all__ = ["BrokerConfigs", "LocalServices", "MetadataWriter", "TopicListing", "UpstreamQueries"]
 
 
 class MetadataWriter(Protocol):
@@ -50,6 +51,45 @@ class BrokerConfigs(Protocol):
     def alter_loggers(self, changes: Sequence[ConfigChange], validate_only: bool) -> AlterResult: ...
 
 
+@dataclass(frozen=True, slots=True)
+class TopicListing:
+    """Every topic name of the upstream cluster, as kgw's own account sees it."""
+
+    names: frozenset[str]
+    #: increases with every listing fetched from the upstream (a listing is compared, not re-read)
+    version: int
+    #: time.monotonic() when the upstream answered
+    fetched_at: float
+
+
+class UpstreamQueries(Protocol):
+    """What an enforcement may ask the upstream cluster before deciding (``Decision.then``).
+
+    Every call is made with kgw's own identity, has the upstream request timeout and raises
+    ``UpstreamUnavailable`` (of ``gateway.upstream``) when it cannot be answered; its answer is
+    used to decide for the client, never forwarded to it as is."""
+
+    @property
+    def principal(self) -> str | None:
+        """kgw's own principal as the brokers see it ("Type:Name"), None when kgw cannot tell."""
+
+    async def topic_names(self, max_age_s: float) -> TopicListing:
+        """Every topic of the cluster, from a listing at most ``max_age_s`` old (0: asked now)."""
+
+    async def existing_topics(self, names: Collection[str]) -> frozenset[str]:
+        """Which of ``names`` exist, asked now (a Metadata request that creates nothing)."""
+
+    def version(self, api_key: int) -> int | None:
+        """The highest version of ``api_key`` both kgw's codecs and the upstream speak, or None."""
+
+    async def coordinator(self, group_id: str) -> int:
+        """The node id of the group's coordinator."""
+
+    async def call(self, api_key: int, request: Any, *, node_id: int | None = None) -> Any:
+        """Send ``request`` (a kio request entity; its class gives the version) to a bootstrap
+        broker, or to broker ``node_id``, and return the decoded response."""
+
+
 class LocalServices(Protocol):
     """Everything a local answer (``ApiSpec.answer``) may use."""
 
@@ -70,3 +110,7 @@ class LocalServices(Protocol):
     @property
     def upstream_versions(self) -> Mapping[int, Any] | None:
         """API key -> the upstream's supported range (``.min``, ``.max``), None while unknown."""
+
+    @property
+    def upstream(self) -> UpstreamQueries:
+        """Questions kgw asks the upstream cluster on its own behalf (``Decision.then``)."""

@@ -38,6 +38,7 @@ error's default text, "Cluster authorization failed.".
 from __future__ import annotations
 
 import dataclasses
+import time
 from datetime import datetime, timedelta, timezone
 
 from kio.schema.errors import ErrorCode
@@ -47,13 +48,15 @@ from authz.principal import USER_TYPE
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
-from protocol.codecs import decode_response, encode, make, nested, response_class
+from protocol.codecs import decode_response, encode, make, nested, request_class, response_class
 from protocol.errors import CLUSTER_AUTHORIZATION_FAILED, DELEGATION_TOKEN_AUTHORIZATION_FAILED, UNKNOWN_SERVER_ERROR
 from protocol.headers import RequestHeader
 
 __all__ = ["SPECS", "allow_token_requests"]
 
+DELEGATION_TOKEN_OWNER_MISMATCH = 63
 DELEGATION_TOKEN_REQUEST_NOT_ALLOWED = 64
+DELEGATION_TOKEN_EXPIRED = 66
 INVALID_PRINCIPAL_TYPE = 67
 
 _T = ResourceType
@@ -149,7 +152,19 @@ def _create_token_response(version: int, code: int, owner: tuple[str, str], requ
                        expiry_timestamp=_NO_TIME, max_timestamp=_NO_TIME, token_id="", hmac=b""))
 
 
+def _principal_pair(text: str | None) -> tuple[str, str] | None:
+    if not text or ":" not in text:
+        return None
+    kind, _, name = text.partition(":")
+    return kind, name
+
+
 def _enforce_create_token(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
+    """CreateDelegationToken: Kafka's broker-side checks, then forwarded with the owner *named*:
+    a request without an owner makes the broker's requester -- kgw's own account -- the owner,
+    so kgw always names the client (or the owner it may create tokens for).  kgw adds its own
+    account as a renewer, so that it can renew and expire the token for its owner
+    (:func:`_renew_or_expire`), and answers with the client as the requester, as Kafka does."""
     if not auth.enabled:
         return FORWARD
     request = info.decoded
@@ -171,16 +186,74 @@ def _enforce_create_token(auth: AuthHelper, header: RequestHeader, body: memoryv
         return Decision(respond=_create_token_response(version, DELEGATION_TOKEN_AUTHORIZATION_FAILED, owner, requester))
     if any(r.principal_type != USER_TYPE for r in request.renewers):
         return Decision(respond=_create_token_response(version, INVALID_PRINCIPAL_TYPE, owner, requester))
-    return FORWARD
+
+    async def then(services) -> Decision:
+        renewers = request.renewers
+        kgw = _principal_pair(services.upstream.principal)
+        if kgw is not None and kgw[0] == USER_TYPE and all(
+                (r.principal_type, r.principal_name) != kgw for r in renewers):
+            renewer_cls = nested(type(request), "renewers")
+            renewers = (*renewers, renewer_cls(principal_type=kgw[0], principal_name=kgw[1]))
+        forwarded = dataclasses.replace(request, owner_principal_type=owner[0], owner_principal_name=owner[1],
+                                        renewers=renewers)
+
+        def merge(buf, off: int) -> bytes:
+            response = decode_response(38, version, buf, off)
+            return encode(dataclasses.replace(response, token_requester_principal_type=requester[0],
+                                              token_requester_principal_name=requester[1]))
+
+        return Decision(request=encode(forwarded), merge=merge)
+
+    return Decision(then=then)
+
+
+async def _token_of(services, hmac: bytes):
+    """The token whose HMAC is ``hmac``, as kgw's own account describes it, or None."""
+    version = services.upstream.version(41)
+    if version is None:
+        return None
+    cls = request_class(41, version)
+    response = await services.upstream.call(41, make(cls, owners=None))
+    if response.error_code != 0:
+        return None  # tokens disabled or not supported: the broker gives the client its own answer
+    return next((t for t in response.tokens if bytes(t.hmac) == bytes(hmac)), None)
 
 
 def _renew_or_expire(api_key: int):
+    """Renew (39) / ExpireDelegationToken (40): Kafka's broker-side check, then the controller's rule
+    made by kgw, since the broker sees kgw's account, not the client: only the token's owner or one
+    of its renewers may renew or expire it (DELEGATION_TOKEN_OWNER_MISMATCH otherwise; an expired
+    token is refused as expired first when renewing, as Kafka's controller does).  A token the
+    upstream does not know, or tokens disabled, are forwarded: the broker's answer is Kafka's."""
+
+    def error(version: int, code: int) -> Decision:
+        cls = response_class(api_key, version)
+        return Decision(respond=encode(make(cls, throttle_time=_ZERO, error_code=_ec(code), expiry_timestamp=_NO_TIME)))
+
     def enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-        if not auth.enabled or allow_token_requests(auth):
+        if not auth.enabled:
             return FORWARD
-        cls = response_class(api_key, header.api_version)
-        return Decision(respond=encode(make(cls, throttle_time=_ZERO, error_code=_ec(DELEGATION_TOKEN_REQUEST_NOT_ALLOWED),
-                                            expiry_timestamp=_NO_TIME)))
+        version = header.api_version
+        if not allow_token_requests(auth):
+            return error(version, DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
+        principal = auth.context.principal
+        me = (principal.principal_type, principal.name)
+        hmac = info.decoded.hmac
+
+        async def then(services) -> Decision:
+            token = await _token_of(services, hmac)
+            if token is None:
+                return FORWARD
+            kgw = _principal_pair(services.upstream.principal)
+            renewers = {(r.principal_type, r.principal_name) for r in token.renewers} - {kgw}
+            if me == (token.principal_type, token.principal_name) or me in renewers:
+                return FORWARD
+            now_ms = int(time.time() * 1000)
+            if api_key == 39 and (token.max_timestamp < now_ms or token.expiry_timestamp < now_ms):
+                return error(version, DELEGATION_TOKEN_EXPIRED)
+            return error(version, DELEGATION_TOKEN_OWNER_MISMATCH)
+
+        return Decision(then=then)
 
     return enforce
 
@@ -226,7 +299,9 @@ SPECS = (
     # these specs only register the APIs and the versions kgw speaks
     ApiSpec(17, "SaslHandshake", inspect_decoded, versions=(0, 1)),
     ApiSpec(36, "SaslAuthenticate", inspect_decoded, versions=(0, 2)),
-    ApiSpec(38, "CreateDelegationToken", inspect_decoded, enforce=_enforce_create_token, versions=(1, 3)),
+    # v3 only: before it, a request cannot name the token's owner and the broker makes its
+    # requester -- kgw's own account -- the owner
+    ApiSpec(38, "CreateDelegationToken", inspect_decoded, enforce=_enforce_create_token, versions=(3, 3)),
     ApiSpec(39, "RenewDelegationToken", inspect_decoded, enforce=_renew_or_expire(39), versions=(1, 2)),
     ApiSpec(40, "ExpireDelegationToken", inspect_decoded, enforce=_renew_or_expire(40), versions=(1, 2)),
     ApiSpec(41, "DescribeDelegationToken", inspect_decoded, enforce=_enforce_describe_tokens, versions=(1, 3)),

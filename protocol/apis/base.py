@@ -25,6 +25,20 @@ keyed by API key.  A spec is sans-IO:
   builds the whole response body in kgw from :class:`~protocol.services.LocalServices`, or returns a :class:`Decision` to
   forward part of the request (e.g. config APIs: BROKER resources answered by
   kgw, TOPIC resources forwarded and merged back).
+
+Decisions that need the upstream first
+--------------------------------------
+Some requests make the broker *derive* something with the authority of the
+connection that sent them (a regular expression resolved to topics, internal
+topics created for a topology, the owner of a delegation token, the topics of an
+all-topics listing).  Through kgw that connection is kgw's own super-user
+account, so enforcement must decide with facts only the upstream has (which
+topics exist, who owns a token).  Such an enforcer returns a :class:`Decision`
+whose ``then`` is a coroutine function: the driver awaits
+``then(services)`` (on Trio, the connection's later requests waiting behind it,
+so responses stay in order) and applies the decision it returns instead.  An
+upstream that does not answer in time closes the connection: nothing is
+forwarded on a guess.
 """
 
 from __future__ import annotations
@@ -77,6 +91,9 @@ class Decision:
     merge: ResponseMerger | None = None
     #: close the client connection with this reason, no response (e.g. denied acks=0 produce)
     close: str | None = None
+    #: ``async then(services) -> Decision``: ask the upstream first (see the module doc); the
+    #: other fields are ignored when it is set
+    then: Callable[["LocalServices"], Awaitable["Decision"]] | None = None
 
 
 FORWARD = Decision()

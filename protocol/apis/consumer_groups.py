@@ -1,7 +1,13 @@
 """KIP-848 consumer groups: ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69).
+
+A heartbeat's ``SubscribedTopicRegex`` is never forwarded: kgw resolves it with the
+member's authority and forwards the topic names (:mod:`protocol.regex_subscriptions`).
 """
 
 from __future__ import annotations
+import time
+from dataclasses import replace
+
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
@@ -10,10 +16,14 @@ from protocol.errors import (
     TOPIC_AUTHORIZATION_FAILED,
 )
 from protocol.headers import RequestHeader
-from protocol.apis.group_common import GROUP, READ, _any_topic_denied, _describe_family, _respond
+from protocol.apis.group_common import GROUP, READ, _any_topic_denied, _describe_family, _request_body, _respond
+from protocol.regex_subscriptions import (REFRESH_MIN_INTERVAL_S, InvalidRegex, RegexMember, RegexSubscriptions,
+                                          authorized, compile_regex, matching)
 
 __all__ = ["SPECS"]
 
+
+INVALID_REGULAR_EXPRESSION = 128
 
 _DESCRIBED_TOPICS_DENIED = "The group has described topic(s) that the client is not authorized to describe."
 
@@ -30,7 +40,8 @@ def _topics_of_consumer_group(group, with_target: bool):
 
 def _enforce_consumer_heartbeat(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
     """ConsumerGroupHeartbeat (docs/authorization.md): GROUP:READ (W 30); non-empty SubscribedTopicNames: TOPIC:DESCRIBE
-    on every distinct name, any denied -> W 29."""
+    on every distinct name, any denied -> W 29; a SubscribedTopicRegex is resolved by kgw with the
+    member's authority and forwarded as names (see the module doc)."""
     if not auth.enabled:
         return FORWARD
     request = info.decoded
@@ -39,7 +50,66 @@ def _enforce_consumer_heartbeat(auth: AuthHelper, header: RequestHeader, body: m
         return _respond(68, v, error_code=GROUP_AUTHORIZATION_FAILED)
     if _any_topic_denied(auth, request.subscribed_topic_names):
         return _respond(68, v, error_code=TOPIC_AUTHORIZATION_FAILED)
-    return FORWARD
+    if v < 1:  # SubscribedTopicRegex came with v1
+        return FORWARD
+    return _regex_subscription(auth, v, request)
+
+
+def _regex_subscription(auth: AuthHelper, version: int, request) -> Decision:
+    """What becomes of the member's expression: nothing to do, names forwarded instead, or an error."""
+    table = RegexSubscriptions.of(auth.gateway_state)
+    group, member, epoch = request.group_id, request.member_id, request.member_epoch
+    regex = request.subscribed_topic_regex
+    names = request.subscribed_topic_names
+    if epoch < 0:  # leaving (-1, or -2 for a static member)
+        table.forget(group, member)
+        return FORWARD
+    known = table.get(group, member)
+    if regex is None:
+        if epoch == 0:  # (re)joining without an expression: the member has none now
+            if known is not None:
+                table.forget(group, member)
+            return FORWARD
+        if known is None:
+            return FORWARD
+        if names is None and time.monotonic() - known.listing_at < REFRESH_MIN_INTERVAL_S:
+            return FORWARD  # resolved recently against a listing that is still current
+        explicit = tuple(names) if names is not None else known.explicit
+        return Decision(then=_resolver(auth, request, known.regex, explicit, known.forwarded))
+    if regex == "":  # the member gives up its expression: only its explicit names remain
+        table.forget(group, member)
+        if known is None:
+            return FORWARD
+        explicit = tuple(names) if names is not None else known.explicit
+        return Decision(request=_request_body(replace(request, subscribed_topic_names=explicit)))
+    try:
+        compile_regex(regex)
+    except InvalidRegex as e:
+        return _respond(68, version, error_code=INVALID_REGULAR_EXPRESSION, error_message=str(e))
+    if names is not None:
+        explicit = tuple(names)
+    else:
+        explicit = known.explicit if known is not None and epoch != 0 else ()
+    return Decision(then=_resolver(auth, request, regex, explicit, None))
+
+
+def _resolver(auth: AuthHelper, request, regex: str, explicit: tuple[str, ...], last: tuple[str, ...] | None):
+    """``Decision.then``: resolve ``regex`` against kgw's listing of the cluster for this member and
+    forward the names instead of the expression (``last``: what was forwarded before, or None)."""
+
+    async def then(services) -> Decision:
+        listing = await services.upstream.topic_names(REFRESH_MIN_INTERVAL_S)
+        resolved = authorized(auth, matching(regex, listing.names, listing.version))
+        forwarded = tuple(sorted({*explicit, *resolved}))
+        RegexSubscriptions.of(auth.gateway_state).put(request.group_id, request.member_id, RegexMember(
+            regex, explicit, forwarded, listing.version, listing.fetched_at))
+        if (last is not None and forwarded == last and request.subscribed_topic_names is None
+                and request.subscribed_topic_regex is None):
+            return FORWARD  # nothing changed: the broker holds these names already
+        return Decision(request=_request_body(replace(request, subscribed_topic_names=forwarded,
+                                                      subscribed_topic_regex=None)))
+
+    return then
 
 
 SPECS = (

@@ -161,9 +161,9 @@ def _field_defaults(cls: type) -> tuple[tuple[str, object], ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=None)
 def _blank(cls: type, **values):
-    """An instance of ``cls`` with Java's defaults for fields not given; unknown keys are ignored."""
+    """An instance of ``cls`` with Java's defaults for fields not given; unknown keys are ignored.
+    (Not cached: the values come from requests, a cache of them would grow with what clients send.)"""
     names = cls.__dataclass_fields__
     kwargs = dict(_field_defaults(cls))
     kwargs.update((k, v) for k, v in values.items() if k in names)

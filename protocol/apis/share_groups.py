@@ -38,10 +38,34 @@ def _enforce_share_heartbeat(auth: AuthHelper, header: RequestHeader, body: memo
     return FORWARD
 
 
+_SHARE_SESSIONS = "share_sessions"  # connection_state key: (group, member) -> _ShareSession
+SHARE_SESSION_NOT_FOUND = 122
+
+
+class _ShareSession:
+    """One share session as kgw keeps it for a client connection (Kafka ties a session to the
+    connection that created it): the partitions the client has put in it, and those kgw let the
+    broker keep (the client's, less the ones its principal may no longer read)."""
+
+    __slots__ = ("client", "upstream")
+
+    def __init__(self, client: dict, upstream: dict) -> None:
+        self.client: dict = client  # topic id -> set of partitions
+        self.upstream: dict = upstream
+
+
+def _parts(topics) -> dict:
+    out: dict = {}
+    for t in topics:
+        out.setdefault(t.topic_id, set()).update(p.partition_index for p in t.partitions)
+    return out
+
+
 def _share_data_plane(key: int):
     """ShareFetch / ShareAcknowledge: GROUP:READ (W 30); TOPIC:READ filter over the request's topic
-    ids (R 29 per partition; ids kgw cannot resolve -> 100).  Share-session partitions not named in
-    the request cannot be re-authorized by kgw (see the report)."""
+    ids (R 29 per partition; ids kgw cannot resolve -> 100).  ShareFetch sessions (KIP-932):
+    every partition of the session is authorized on every fetch, as Kafka does (see
+    :func:`_share_session`)."""
 
     def enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
         if not auth.enabled:
@@ -51,51 +75,156 @@ def _share_data_plane(key: int):
         if request.group_id is None or not auth.allowed(GROUP, request.group_id, READ):
             return _respond(key, v, error_code=GROUP_AUTHORIZATION_FAILED)
         topics = list(request.topics or ())
-        if not topics:
+        sessions = auth.connection_state.setdefault(_SHARE_SESSIONS, {})
+        session_key = (request.group_id, request.member_id)
+        epoch = request.share_session_epoch
+        if key == 78 and epoch > 0 and session_key not in sessions:
+            # a session this connection did not open: kgw cannot authorize what it holds
+            return _respond(key, v, error_code=SHARE_SESSION_NOT_FOUND,
+                            error_message="Share session not found on this connection (kgw).")
+        if epoch == -1:
+            sessions.pop(session_key, None)
+        if not topics and key == 79:
             return FORWARD
-        names = [_topic_name(auth, t.topic_id) for t in topics]
-        counts: dict[str, int] = {}
-        for t, n in zip(topics, names):
-            if n is not None:
-                counts[n] = counts.get(n, 0) + len(t.partitions)
-        allowed = auth.filter(TOPIC, READ, counts)
-        errors = {i: (UNKNOWN_TOPIC_ID if n is None else TOPIC_AUTHORIZATION_FAILED)
-                  for i, n in enumerate(names) if n is None or n not in allowed}
-        if not errors:
-            return FORWARD
+        names = {t.topic_id: _topic_name(auth, t.topic_id) for t in topics}
         cls = response_class(key, v)
         topic_cls = nested(cls, "responses")
         part_cls = nested(topic_cls, "partitions")
         leader_cls = nested(part_cls, "current_leader")
 
-        def denied_entry(i):
-            t = topics[i]
-            code = errors[i]
-            return _blank(topic_cls, topic_id=t.topic_id, partitions=tuple(
-                _blank(part_cls, partition_index=p.partition_index, error_code=code,
-                       acknowledge_error_code=code if getattr(p, "acknowledgement_batches", None) else 0,
+        def error_entry(topic_id, partitions, code, acked=frozenset()):
+            return _blank(topic_cls, topic_id=topic_id, partitions=tuple(
+                _blank(part_cls, partition_index=p, error_code=code,
+                       acknowledge_error_code=code if p in acked else 0,
                        current_leader=_blank(leader_cls, leader_id=-1, leader_epoch=-1), records=b"")
-                for p in t.partitions))
+                for p in partitions))
 
-        kept = tuple(t for i, t in enumerate(topics) if i not in errors)
+        if key == 78 and epoch > 0:
+            return _share_session(auth, v, request, sessions, session_key, names, error_entry)
+        counts: dict[str, int] = {}
+        for t in topics:
+            n = names[t.topic_id]
+            if n is not None:
+                counts[n] = counts.get(n, 0) + len(t.partitions)
+        allowed = auth.filter(TOPIC, READ, counts)
+        denied = {t.topic_id for t in topics if names[t.topic_id] is None or names[t.topic_id] not in allowed}
+        if key == 78 and epoch == 0:
+            requested = _parts(topics)
+            sessions[session_key] = _ShareSession(
+                requested, {tid: parts for tid, parts in requested.items() if tid not in denied})
+        if not denied:
+            return FORWARD
+
+        def denied_entry(t):
+            code = UNKNOWN_TOPIC_ID if names[t.topic_id] is None else TOPIC_AUTHORIZATION_FAILED
+            acked = {p.partition_index for p in t.partitions if getattr(p, "acknowledgement_batches", None)}
+            return error_entry(t.topic_id, [p.partition_index for p in t.partitions], code, acked)
+
+        kept = tuple(t for t in topics if t.topic_id not in denied)
 
         def merge(buf, off: int) -> bytes:
             response = decode_response(key, v, buf, off)
             if response.error_code != 0:
                 return encode(response)
             merged = merge_in_request_order(
-                enumerate(topics), response.responses,
-                denied_entry=lambda it: denied_entry(it[0]) if it[0] in errors else None,
-                same=lambda e, it: e.topic_id == it[1].topic_id)
+                topics, response.responses,
+                denied_entry=lambda t: denied_entry(t) if t.topic_id in denied else None,
+                same=lambda e, t: e.topic_id == t.topic_id)
             return encode(replace(response, responses=merged))
 
         if not kept and key == 79:
-            return Decision(respond=encode(_blank(cls, responses=tuple(denied_entry(i) for i in range(len(topics))))))
+            return Decision(respond=encode(_blank(cls, responses=tuple(denied_entry(t) for t in topics))))
         # ShareFetch: the session (epoch, forgotten topics) must still reach the broker, so the reduced
         # request is forwarded even when no named topic is left.
         return Decision(request=_request_body(replace(request, topics=kept)), merge=merge)
 
     return enforce
+
+
+def _share_session(auth: AuthHelper, version: int, request, sessions: dict, session_key, names: dict,
+                   error_entry) -> Decision:
+    """An incremental ShareFetch (epoch > 0) on a session this connection opened.
+
+    Kafka authorizes READ on *every* partition of the session, not only those the request
+    names, and answers 29 for those no longer allowed.  kgw does the same against its copy of
+    the session: partitions the principal may not read are taken out of the broker's session
+    (``forgotten_topics_data``) and answered 29 on every fetch while the client keeps them in
+    its session; once allowed again they are put back (fetched with no acknowledgements).  The
+    broker never serves a partition of the session its principal may not read.
+    """
+    session = sessions[session_key]
+    topics = list(request.topics or ())
+    requested = _parts(topics)
+    client = {tid: set(parts) for tid, parts in session.client.items()}
+    for tid, parts in requested.items():
+        client.setdefault(tid, set()).update(parts)
+    for f in request.forgotten_topics_data or ():
+        if f.topic_id in client:
+            client[f.topic_id].difference_update(f.partitions)
+            if not client[f.topic_id]:
+                del client[f.topic_id]
+    for tid in client:
+        if tid not in names:
+            names[tid] = _topic_name(auth, tid)
+    counts: dict[str, int] = {}
+    for tid, parts in client.items():
+        n = names[tid]
+        if n is not None:
+            counts[n] = counts.get(n, 0) + len(parts)
+    allowed = auth.filter(TOPIC, READ, counts)
+    target = {tid: parts for tid, parts in client.items() if names[tid] is not None and names[tid] in allowed}
+    denied = [tid for tid in client if tid not in target]
+    # Every partition kgw knows of and the principal may not read is forgotten upstream on every
+    # fetch, whether or not kgw believes the broker still holds it (forgetting a partition a
+    # session does not hold changes nothing): a fetch the broker refused cannot leave one behind.
+    forget: dict = {}
+    for known in (session.upstream, client):
+        for tid, parts in known.items():
+            gone = parts - target.get(tid, set())
+            if gone:
+                forget.setdefault(tid, set()).update(gone)
+    add = {tid: parts - session.upstream.get(tid, set()) - requested.get(tid, set()) for tid, parts in target.items()}
+    add = {tid: parts for tid, parts in add.items() if parts}
+    session.client, session.upstream = client, target
+    request_denied = [t for t in topics if t.topic_id not in target]
+    if not denied and not add:  # what the broker holds beyond the client's view, the request forgets
+        return FORWARD
+    kept = [t for t in topics if t.topic_id in target]
+    if add:
+        fetch_topic_cls = type(topics[0]) if topics else nested(type(request), "topics")
+        part_cls = nested(fetch_topic_cls, "partitions")
+        for tid, parts in add.items():
+            kept.append(_blank(fetch_topic_cls, topic_id=tid, partitions=tuple(
+                _blank(part_cls, partition_index=p, acknowledgement_batches=()) for p in sorted(parts))))
+    forgotten_cls = nested(type(request), "forgotten_topics_data")
+    forgotten = tuple(_blank(forgotten_cls, topic_id=tid, partitions=tuple(sorted(parts)))
+                      for tid, parts in forget.items())
+    # 29 (or 100 for an id kgw cannot name) for every partition of the session now denied: those
+    # the request names (with their acknowledgements refused too), then those it only holds
+    errors = []
+    named_denied = set()
+    for t in request_denied:
+        named_denied.add(t.topic_id)
+        code = UNKNOWN_TOPIC_ID if names[t.topic_id] is None else TOPIC_AUTHORIZATION_FAILED
+        acked = {p.partition_index for p in t.partitions if getattr(p, "acknowledgement_batches", None)}
+        parts = sorted(client.get(t.topic_id, set()) | {p.partition_index for p in t.partitions})
+        errors.append(error_entry(t.topic_id, parts, code, acked))
+    for tid in denied:
+        if tid not in named_denied:
+            code = UNKNOWN_TOPIC_ID if names[tid] is None else TOPIC_AUTHORIZATION_FAILED
+            errors.append(error_entry(tid, sorted(client[tid]), code))
+    new_request = replace(request, topics=tuple(kept), forgotten_topics_data=forgotten)
+
+    def merge(buf, off: int) -> bytes | None:
+        response = decode_response(78, version, buf, off)
+        if response.error_code != 0:  # the broker did not take the change: the client starts over
+            sessions.pop(session_key, None)
+            return None
+        if not errors:
+            return None
+        return encode(replace(response, responses=(*response.responses, *errors)))
+
+    return Decision(request=_request_body(new_request), merge=merge)
 
 
 def _enforce_describe_share_offsets(auth: AuthHelper, header: RequestHeader, body: memoryview,

@@ -10,7 +10,7 @@ from kio.static.primitive import i32, i64
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
-from protocol.codecs import decode_response, encode, make, response_class
+from protocol.codecs import decode_response, encode, make, request_class, response_class
 from protocol.errors import (
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
@@ -47,21 +47,36 @@ def _enforce_describe_topic_partitions(auth: AuthHelper, header: RequestHeader, 
         # InvalidRequestException -> DescribeTopicPartitionsRequest.getErrorResponse
         return Decision(respond=encode(make(cls, throttle_time=_ZERO_TIME, next_cursor=None, topics=tuple(
             error_topic(INVALID_REQUEST, t.name) for t in request.topics))))
-    if not request.topics:  # all topics: unauthorized ones are silently left out
-        def merge_all(buf, off: int) -> bytes:
-            response = decode_response(75, version, buf, off)
-            _md_learn(response.topics, auth.topics)
-            kept = [t for t in response.topics
-                    if t.name is None or auth.allowed(TOPIC, t.name, Op.DESCRIBE)]
-            next_cursor = response.next_cursor
-            if next_cursor is not None and not auth.allowed(TOPIC, next_cursor.topic_name, Op.DESCRIBE, False, False):
-                # the cursor would name a topic the client may not see: end the page here
-                # (the client re-asks without it; disclosing the name is not an option)
-                next_cursor = None
-            return encode(dataclasses.replace(response, topics=tuple(with_ops(t) for t in kept),
-                                              next_cursor=next_cursor))
+    if not request.topics:
+        # All topics.  Kafka lists the topics the principal may DESCRIBE (D=true) and pages over
+        # *those*; forwarded as it is, the broker would page over every topic (kgw's authority)
+        # and a page could end on one the client may not see.  So kgw asks for every topic name,
+        # authorizes them as Kafka does, and forwards the named form of the request with the
+        # allowed names at or after the cursor: the broker pages over exactly them.
+        async def then(services) -> Decision:
+            listing = await services.upstream.topic_names(0)
+            cursor = request.cursor
+            start = cursor.topic_name if cursor is not None else ""
+            candidates = sorted(n for n in listing.names if n >= start)
+            allowed = [n for n in candidates if auth.allowed(TOPIC, n, Op.DESCRIBE)]
+            if not allowed:
+                return Decision(respond=encode(make(cls, throttle_time=_ZERO_TIME, next_cursor=None, topics=())))
+            topic_cls = _elem(request_class(75, version), "topics")
+            named = dataclasses.replace(request, topics=tuple(make(topic_cls, name=n) for n in allowed),
+                                        cursor=cursor if cursor is not None and cursor.topic_name in allowed else None)
+            listed = set(allowed)
 
-        return Decision(merge=merge_all)
+            def merge_all(buf, off: int) -> bytes:
+                response = decode_response(75, version, buf, off)
+                # a topic deleted since the listing is an error entry in the named form, skipped in
+                # Kafka's all-topics form; anything not asked for is not the client's
+                kept = [t for t in response.topics if t.error_code == 0 and t.name in listed]
+                _md_learn(kept, auth.topics)
+                return encode(dataclasses.replace(response, topics=tuple(with_ops(t) for t in kept)))
+
+            return Decision(request=encode(named), merge=merge_all)
+
+        return Decision(then=then)
 
     cursor = request.cursor
     cursor_name = cursor.topic_name if cursor is not None else ""

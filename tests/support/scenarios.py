@@ -11,6 +11,10 @@ error codes, or the connection is closed.  Format::
       - ALLOW TOPIC LITERAL orders DESCRIBE
     request: {topics: [{name: orders}]}
     upstream: {...}                # optional: fields of the upstream's response (else all defaults)
+    cluster:                       # optional: what kgw's own questions to the upstream find
+      topics: [orders, payments]   #   (Decision.then): the cluster's topics, delegation tokens
+      tokens: [{hmac: aG1hYw==, owner: "User:alice", renewers: ["User:kgw"], expired: false}]
+      streams_internal_topics: {group: [names]}  #   the topology a describe of the group finds
     expect:
       forwarded: true              # whether a request went to the upstream
       forwarded_request: {...}     # optional: fields the forwarded request must have
@@ -37,6 +41,7 @@ import dataclasses
 import functools
 import enum
 import struct
+import time
 import typing
 import uuid
 from dataclasses import dataclass, field
@@ -64,6 +69,7 @@ from protocol.apis.group_common import _blank
 from protocol.codecs import CodecError, decode_request, decode_response, encode, request_class, response_class
 from protocol.framing import FrameDecoder
 from protocol.headers import parse_request_header
+from tests.support.fake_services import FakeUpstream
 from tests.support.kio_samples import record_batch
 
 __all__ = ["Scenario", "load_all", "run", "SCENARIO_DIR", "API_KEYS"]
@@ -93,6 +99,8 @@ class Scenario:
     topics: dict = field(default_factory=dict)
     #: the listener's security protocol (the request context carries it)
     security_protocol: str = "PLAINTEXT"
+    #: what kgw's own questions to the upstream find (see the module docstring)
+    cluster: dict = field(default_factory=dict)
 
     def ids(self) -> list[tuple["Scenario", int]]:
         return [(self, v) for v in range(self.versions[0], self.versions[1] + 1)]
@@ -108,7 +116,7 @@ def _api_key(name: str) -> int:
 def load(path: Path) -> Scenario:
     raw = yaml.safe_load(path.read_text())
     unknown = set(raw) - {"api", "versions", "outcome", "acls", "request", "upstream", "expect", "super_user", "topics",
-                          "security_protocol"}
+                          "security_protocol", "cluster"}
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
     versions = raw["versions"]
@@ -123,7 +131,7 @@ def load(path: Path) -> Scenario:
     return Scenario(path, f"{path.parent.name}/{path.stem}", _api_key(raw["api"]), versions, raw["outcome"],
                     tuple(raw.get("acls") or ()), raw.get("request") or {}, raw.get("upstream"), expect,
                     bool(raw.get("super_user", False)), dict(raw.get("topics") or {}),
-                    raw.get("security_protocol", "PLAINTEXT"))
+                    raw.get("security_protocol", "PLAINTEXT"), dict(raw.get("cluster") or {}))
 
 
 def load_all(directory: Path = SCENARIO_DIR) -> list[Scenario]:
@@ -338,6 +346,7 @@ async def run(scenario: Scenario, version: int, tmp_path: Path) -> Outcome:
     gw.listeners[0].security_protocol = scenario.security_protocol
     for name, topic_id in scenario.topics.items():
         gw.topic_ids.learn(name, _uuid(topic_id))
+    gw.upstream = scenario_cluster(scenario.cluster)
     try:
         return await _exchange(gw, scenario, version)
     finally:
@@ -393,6 +402,50 @@ async def _exchange(gw: Gateway, scenario: Scenario, version: int) -> Outcome:
             (code,) = struct.unpack_from(">h", frames[0], offset)
             outcome.response = {"error_code": code}
     return outcome
+
+
+def scenario_cluster(cluster: dict) -> FakeUpstream:
+    """The answers kgw's own questions get in a scenario (``cluster:``)."""
+    upstream = FakeUpstream(cluster.get("topics", ()), principal="User:kgw")
+    tokens = cluster.get("tokens") or []
+    internal = cluster.get("streams_internal_topics") or {}
+
+    def describe_tokens(request, node_id):
+        cls = response_class(41, int(type(request).__version__))
+        t_cls = typing.get_args(typing.get_type_hints(cls)["tokens"])[0]
+        r_cls = typing.get_args(typing.get_type_hints(t_cls)["renewers"])[0]
+        now = int(time.time() * 1000)
+        rows = []
+        for i, t in enumerate(tokens):
+            owner_type, _, owner = t["owner"].partition(":")
+            expiry = now - 1 if t.get("expired") else now + 3_600_000
+            rows.append(_blank(t_cls, principal_type=owner_type, principal_name=owner, token_requester_principal_type="User",
+                               token_requester_principal_name="kgw", issue_timestamp=now, expiry_timestamp=expiry,
+                               max_timestamp=expiry, token_id=f"token-{i}", hmac=_convert(bytes, t["hmac"], "hmac", set()),
+                               renewers=tuple(r_cls(principal_type=r.partition(":")[0], principal_name=r.partition(":")[2])
+                                              for r in t.get("renewers", ()))))
+        return _blank(cls, tokens=tuple(rows))
+
+    def describe_streams_group(request, node_id):
+        cls = response_class(89, int(type(request).__version__))
+        g_cls = typing.get_args(typing.get_type_hints(cls)["groups"])[0]
+        topology_cls = _unwrap(typing.get_type_hints(g_cls)["topology"])[0]
+        sub_cls = _unwrap(typing.get_type_hints(topology_cls)["subtopologies"])[0]
+        info_cls = _unwrap(typing.get_type_hints(sub_cls)["state_changelog_topics"])[0]
+        groups = []
+        for group in request.group_ids:
+            names = internal.get(group)
+            if names is None:
+                groups.append(_blank(g_cls, group_id=group, error_code=69))  # GROUP_ID_NOT_FOUND
+                continue
+            sub = _blank(sub_cls, subtopology_id="0", state_changelog_topics=tuple(
+                _blank(info_cls, name=n, partitions=1, replication_factor=1) for n in names))
+            groups.append(_blank(g_cls, group_id=group, topology=_blank(topology_cls, epoch=1, subtopologies=(sub,))))
+        return _blank(cls, groups=tuple(groups))
+
+    upstream.answers[41] = describe_tokens
+    upstream.answers[89] = describe_streams_group
+    return upstream
 
 
 def _frames(data: bytes | bytearray) -> list[bytes]:

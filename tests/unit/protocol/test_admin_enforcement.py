@@ -6,6 +6,7 @@ protocol/apis/scram.py (tests/unit/protocol/test_scram_api.py): neither has an e
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
 import pytest
@@ -17,7 +18,9 @@ from authz.audit import AUDIT_LOGGER_NAME
 from authz.principal import KafkaPrincipal
 from protocol.apis.base import FORWARD
 from protocol.codecs import decode_response, encode, request_class, response_class
-from tests.unit.protocol.test_transactions_enforcement import ALICE, acl, answer, audit, authorizer, enforce
+from tests.support.fake_services import FakeServices, FakeUpstream, settle
+from tests.unit.protocol.test_transactions_enforcement import (ALICE, acl, answer, audit, authorizer, enforce,
+                                                               forwarded_body)
 
 CLUSTER = "kafka-cluster"
 
@@ -181,6 +184,25 @@ def test_token_apis_refused_on_plaintext_even_for_super_users(caplog):
     assert audit(caplog) == []  # the pre-check consults no ACL
 
 
+def _at(ms: int):
+    from datetime import datetime, timezone
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def token_upstream(*tokens):
+    """A fake upstream whose DescribeDelegationToken knows ``tokens``: (hmac, owner, renewers, expired)."""
+    up = FakeUpstream(principal="User:kgw")
+
+    def describe(request, node_id):
+        now = int(time.time() * 1000)
+        rows = [("id-" + h.decode(), owner, "kgw", renewers, now - 1 if expired else now + 3_600_000, h)
+                for h, owner, renewers, expired in tokens]
+        return decode_response(41, 3, described_tokens(3, rows), 0)
+
+    up.answers[41] = describe
+    return FakeServices(up)
+
+
 def test_token_apis_refuse_anonymous_on_ssl_and_token_authenticated_principals():
     a = authorizer(acl(RT.USER, "*", Op.ALL, principal="User:*"))
     d, _ = enforce(a, 40, 1, build(40, 1, hmac=b"h", expiry_time_period=timedelta(hours=1)),
@@ -190,21 +212,62 @@ def test_token_apis_refuse_anonymous_on_ssl_and_token_authenticated_principals()
     d, _ = enforce(a, 39, 1, build(39, 1, hmac=b"h", renew_period=timedelta(hours=1)),
                    principal=tok, protocol="SASL_SSL")
     assert d.respond[:2] == (64).to_bytes(2, "big")
-    # SSL with a certificate principal, and SASL_PLAINTEXT: allowed through to the upstream
-    assert enforce(a, 39, 1, build(39, 1, hmac=b"h", renew_period=timedelta(hours=1)),
-                   principal="User:CN=alice", protocol="SSL")[0] is FORWARD
-    assert enforce(a, 40, 2, build(40, 2, hmac=b"h", expiry_time_period=timedelta(hours=1)),
-                   protocol="SASL_PLAINTEXT")[0] is FORWARD
+    # SSL with a certificate principal, and SASL_PLAINTEXT: past the pre-check, to the owner check
+    services = token_upstream((b"h", "CN=alice", [], False), (b"a", "alice", [], False))
+    d = enforce(a, 39, 1, build(39, 1, hmac=b"h", renew_period=timedelta(hours=1)),
+                principal="User:CN=alice", protocol="SSL")[0]
+    assert settle(d, services) is FORWARD
+    d = enforce(a, 40, 2, build(40, 2, hmac=b"a", expiry_time_period=timedelta(hours=1)), protocol="SASL_PLAINTEXT")[0]
+    assert settle(d, services) is FORWARD
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
-def test_create_token_for_self_needs_no_acl(version, caplog):
+@pytest.mark.parametrize("key", [39, 40])
+def test_renew_and_expire_only_by_owner_or_renewer(key):
+    """The broker sees kgw's account (a renewer of every token kgw created), so kgw applies
+    Kafka's controller rule itself: owner or listed renewer, else OWNER_MISMATCH (63)."""
+    services = token_upstream((b"own", "alice", [], False), (b"ren", "bob", ["alice"], False),
+                              (b"other", "bob", ["kgw"], False), (b"old", "bob", [], True))
+    field = {"renew_period": timedelta(hours=1)} if key == 39 else {"expiry_time_period": timedelta(hours=1)}
+
+    def decided(hmac):
+        d = enforce(authorizer(), key, 2, build(key, 2, hmac=hmac, **field), protocol="SASL_SSL")[0]
+        assert d.then is not None  # nothing is forwarded before the owner is known
+        return settle(d, services)
+
+    assert decided(b"own") is FORWARD
+    assert decided(b"ren") is FORWARD
+    assert decided(b"other").respond[:2] == (63).to_bytes(2, "big")  # kgw's own renewer entry counts for nobody
+    # an expired token someone else owns: renewing says expired first, as Kafka's controller
+    assert decided(b"old").respond[:2] == ((66 if key == 39 else 63)).to_bytes(2, "big")
+    assert decided(b"unknown") is FORWARD  # the broker answers DELEGATION_TOKEN_NOT_FOUND
+
+
+def test_create_token_for_self_names_the_owner_and_adds_kgw_as_renewer(caplog):
+    """Without an owner the broker would make its requester -- kgw's account -- the owner."""
     caplog.set_level(1, logger=AUDIT_LOGGER_NAME)
-    assert enforce(authorizer(), 38, version, create_token(version), protocol="SASL_SSL")[0] is FORWARD
-    if version >= 3:  # naming yourself as owner is still "self"
-        assert enforce(authorizer(), 38, version, create_token(version, ("User", "alice")),
-                       protocol="SASL_SSL")[0] is FORWARD
+    d = enforce(authorizer(), 38, 3, create_token(3), protocol="SASL_SSL")[0]
+    decided = settle(d, FakeServices(FakeUpstream(principal="User:kgw")))
+    sent = forwarded_body(decided, 38, 3)
+    assert (sent.owner_principal_type, sent.owner_principal_name) == ("User", "alice")
+    assert [(r.principal_type, r.principal_name) for r in sent.renewers] == [("User", "carol"), ("User", "kgw")]
+    # the answer names the client as the requester, as Kafka's does
+    cls = response_class(38, 3)
+    upstream = encode(cls(error_code=ErrorCode(0), principal_type="User", principal_name="alice",
+                          token_requester_principal_type="User", token_requester_principal_name="kgw",
+                          issue_timestamp=_at(1), expiry_timestamp=_at(2), max_timestamp=_at(3), token_id="t",
+                          hmac=b"h", throttle_time=timedelta(0)))
+    r = decode_response(38, 3, decided.merge(upstream, 0), 0)
+    assert (r.token_requester_principal_type, r.token_requester_principal_name) == ("User", "alice")
+    # naming yourself as owner is still "self"
+    d = enforce(authorizer(), 38, 3, create_token(3, ("User", "alice")), protocol="SASL_SSL")[0]
+    assert forwarded_body(settle(d, FakeServices()), 38, 3).owner_principal_name == "alice"
     assert audit(caplog) == []
+
+
+def test_create_token_only_v3_is_advertised():
+    """Before v3 a request cannot name its owner: the broker would make kgw's account the owner."""
+    from protocol.apis.registry import REGISTRY
+    assert REGISTRY[38].versions == (3, 3)
 
 
 def test_create_token_for_other_owner_needs_user_create_tokens(caplog):
@@ -214,11 +277,12 @@ def test_create_token_for_other_owner_needs_user_create_tokens(caplog):
     (rec,) = audit(caplog)
     assert "operation = CREATE_TOKENS" in rec.getMessage() and "User:LITERAL:User:bob" in rec.getMessage()
     ok = authorizer(acl(RT.USER, "User:bob", Op.CREATE_TOKENS))
-    assert enforce(ok, 38, 3, create_token(3, ("User", "bob")), protocol="SASL_SSL")[0] is FORWARD
+    d = enforce(ok, 38, 3, create_token(3, ("User", "bob")), protocol="SASL_SSL")[0]
+    assert forwarded_body(settle(d, FakeServices()), 38, 3).owner_principal_name == "bob"
 
 
 def test_create_token_renewer_must_be_a_user():
-    d, _ = enforce(authorizer(), 38, 2, create_token(2, renewers=(("Group", "ops"),)), protocol="SASL_SSL")
+    d, _ = enforce(authorizer(), 38, 3, create_token(3, renewers=(("Group", "ops"),)), protocol="SASL_SSL")
     assert d.respond[:2] == (67).to_bytes(2, "big")
 
 
@@ -227,10 +291,11 @@ def described_tokens(version, tokens):
     t_cls = nested_cls(cls, "tokens")
     r_cls = nested_cls(t_cls, "renewers")
     out = []
-    for token_id, owner, requester, renewers in tokens:
+    for token_id, owner, requester, renewers, *rest in tokens:
+        expiry, hmac = rest if rest else (2, b"x")
         f = dict(principal_type="User", principal_name=owner, token_requester_principal_type="User",
-                 token_requester_principal_name=requester, issue_timestamp=i64(1), expiry_timestamp=i64(2),
-                 max_timestamp=i64(3), token_id=token_id, hmac=b"x",
+                 token_requester_principal_name=requester, issue_timestamp=i64(1), expiry_timestamp=i64(expiry),
+                 max_timestamp=i64(max(expiry, 3)), token_id=token_id, hmac=hmac,
                  renewers=tuple(r_cls(principal_type="User", principal_name=n) for n in renewers))
         out.append(t_cls(**{k: v for k, v in f.items() if k in t_cls.__dataclass_fields__}))
     return encode(cls(error_code=ErrorCode(0), tokens=tuple(out), throttle_time=timedelta(0)))

@@ -27,6 +27,7 @@ from authz.authorizer import AuthorizableRequestContext
 from authz.principal import KafkaPrincipal
 from authz.standard_authorizer import StandardAuthorizer
 from protocol.topic_ids import TopicCache
+from tests.support.fake_services import FakeServices, FakeUpstream, settle
 from protocol.apis.base import FORWARD, Decision
 from protocol.apis.registry import REGISTRY
 from protocol.auth_helper import AuthHelper
@@ -376,11 +377,25 @@ def test_describe_topic_partitions_named_mixed(caplog):
 
 
 def test_describe_topic_partitions_all_topics_filtered_but_denials_logged(caplog):
+    """All topics: kgw lists the cluster's topics itself, authorizes each (D=true, as Kafka) and
+    forwards the named form with the allowed ones: the broker never lists with kgw's authority."""
     entity = dtp_request([])
     d = enforce(entity, authorizer(acl("a-", Op.DESCRIBE)))
-    out = merged(entity, d, resp(75, 0, topics=(dtp_topic("a-1"), dtp_topic("b-1")), next_cursor=None))
-    assert [t.name for t in out.topics] == ["a-1"]
+    assert d.then is not None and d.request is None and d.merge is None  # nothing before the listing
+    decided = settle(d, FakeServices(FakeUpstream(["b-1", "a-2", "a-1", "__consumer_offsets"])))
+    forwarded = sent(entity, decided)
+    assert [t.name for t in forwarded.topics] == ["a-1", "a-2"] and forwarded.cursor is None
     assert lines(caplog, logging.INFO, "Denied operation = DESCRIBE", "Topic:LITERAL:b-1")  # D=true here
+    # a topic deleted since the listing: the named form's error entry is dropped, as Kafka skips it
+    out = merged(entity, decided, resp(75, 0, topics=(dtp_topic("a-1"), dtp_topic("a-2", error=3)), next_cursor=None))
+    assert [t.name for t in out.topics] == ["a-1"]
+
+
+def test_describe_topic_partitions_all_topics_with_nothing_visible_is_answered_empty():
+    entity = dtp_request([])
+    d = settle(enforce(entity, authorizer()), FakeServices(FakeUpstream(["b-1", "c-1"])))
+    out = answered(entity, d)
+    assert out.topics == () and out.next_cursor is None
 
 
 def test_describe_topic_partitions_cursor_rules():
@@ -762,18 +777,14 @@ def test_dtp_names_before_the_cursor_are_never_forwarded_nor_returned():
     assert [t.name for t in out.topics] == ["c-1"]
 
 
-def test_dtp_all_topics_never_names_a_hidden_topic_in_the_next_cursor():
-    authz = authorizer(acl("a-", Op.DESCRIBE))
-    entity = dtp_request([])
-    d = enforce(entity, authz)
-    cls = response_class(75, 0)
-    tcls = elem(cls, "topics")
-    ccls = elem(cls, "next_cursor")
-    topic = lambda n: make(tcls, error_code=E.none, name=n, topic_id=uuid.uuid4(), is_internal=False, partitions=(),
-                           topic_authorized_operations=i32(-2147483648))
-    hidden = make(cls, throttle_time=timedelta(0), next_cursor=ccls(topic_name="b-secret", partition_index=i32(0)),
-                  topics=(topic("a-1"),))
-    out = merged(entity, d, hidden)
-    assert [t.name for t in out.topics] == ["a-1"] and out.next_cursor is None
-    visible = dataclasses.replace(hidden, next_cursor=ccls(topic_name="a-2", partition_index=i32(3)))
-    assert merged(entity, d, visible).next_cursor.topic_name == "a-2"
+def test_dtp_all_topics_pages_over_the_visible_topics_only():
+    """The page ends where Kafka's would: the cursor is always a topic the client may see, and
+    a page that ends on a hidden topic's place continues with the next visible one."""
+    authz = authorizer(acl("a-", Op.DESCRIBE), acl("c-", Op.DESCRIBE))
+    services = FakeServices(FakeUpstream(["a-1", "b-secret", "c-1", "c-2"]))
+    entity = dtp_request([], cursor=("b-0", 0))  # a cursor between the visible ones
+    forwarded = sent(entity, settle(enforce(entity, authz), services))
+    assert [t.name for t in forwarded.topics] == ["c-1", "c-2"] and forwarded.cursor is None
+    entity = dtp_request([], cursor=("c-1", 3))  # a visible cursor topic keeps its partition
+    forwarded = sent(entity, settle(enforce(entity, authz), services))
+    assert [t.name for t in forwarded.topics] == ["c-1", "c-2"] and forwarded.cursor.partition_index == 3
