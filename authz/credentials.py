@@ -7,6 +7,8 @@
 * :class:`PlainCredential`: a SASL/PLAIN user with a salted PBKDF2 hash (or an
   unsalted SHA-256 for old configs), verified in constant time.
 * :class:`CredentialStore`: the users indexed for the SASL servers' lookups.
+* :class:`VerifiedPasswords`: the PLAIN passwords verified recently, so that a client
+  that logs in again with the right password does not pay the stretched hash again.
 
 Fields marked ``metadata={"secret": True}`` are hidden by ``GatewayConfig.to_dict()``.
 """
@@ -18,12 +20,14 @@ import enum
 import hashlib
 import hmac
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["CredentialStore", "PlainCredential", "SCRAM_MIN_ITERATIONS", "SaslMechanism", "ScramCredential",
-           "scram_credential", "scram_keys"]
+           "VerifiedPasswords", "scram_credential", "scram_keys"]
 
 SCRAM_MIN_ITERATIONS = 4096
 """Kafka clients refuse a SCRAM exchange with fewer iterations (ScramMechanism.minIterations)."""
@@ -121,6 +125,53 @@ class PlainCredential:
             return hmac.compare_digest(digest, base64.b64decode(expected))
         digest = hashlib.sha256(password.encode()).hexdigest()
         return hmac.compare_digest(digest, self.password_sha256 or "")
+
+
+class VerifiedPasswords:
+    """PLAIN passwords verified recently against their stretched hash.
+
+    The stretched hash stays the only thing at rest; what is remembered, in memory only, is an
+    HMAC under a key drawn when the process starts, over the stored hash and the password that
+    matched it, so a remembered entry proves nothing outside this process and a changed or
+    removed user (a new stored hash) never matches an old entry.  Only successes are kept: a
+    wrong password always pays the full hash.  Bounded; the least recently used entry goes
+    first.  Thread-safe (logins are verified on worker threads).
+    """
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self.max_entries = max_entries
+        self._key = os.urandom(32)
+        self._seen: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _digest(self, credential: PlainCredential, password: str) -> bytes:
+        stored = (credential.password_hash or credential.password_sha256 or "").encode()
+        return hmac.digest(self._key, credential.name.encode() + b"\0" + stored + b"\0" + password.encode(), "sha256")
+
+    def known(self, credential: PlainCredential, password: str) -> bool:
+        """True if ``password`` was verified for this very credential recently."""
+        digest = self._digest(credential, password)
+        with self._lock:
+            if digest in self._seen:
+                self._seen.move_to_end(digest)
+                return True
+        return False
+
+    def verify(self, credential: PlainCredential, password: str) -> bool:
+        """``credential.verify(password)``, remembered when it succeeds."""
+        if self.known(credential, password):
+            return True
+        if not credential.verify(password):
+            return False
+        digest = self._digest(credential, password)
+        with self._lock:
+            self._seen[digest] = None
+            while len(self._seen) > self.max_entries:
+                self._seen.popitem(last=False)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
 
 def scram_credential(name: str, password: str, mechanism: str | SaslMechanism, **kwargs: Any) -> ScramCredential:

@@ -237,6 +237,14 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
          "offload_response_bytes"),
         ("shutdown.drain.timeout.ms", ConfigType.INT, "On SIGTERM, time to answer what is in flight.",
          "drain_timeout_ms"),
+        ("max.unsent.bytes.per.connection", ConfigType.INT,
+         "Answers waiting for one client beyond which kgw stops reading it.", "max_unsent_bytes_per_connection"),
+        ("password.hashes.per.host", ConfigType.INT,
+         "Stretched password hashes one client host may have running or queued.", "password_hashes_per_host"),
+        ("connection.creation.rate.per.ip", ConfigType.INT,
+         "New connections one client host may open per second (0: unlimited).", "max_connection_creation_rate_per_ip"),
+        ("max.connection.creation.rate", ConfigType.INT,
+         "New connections each listener accepts per second (0: unlimited).", "max_connection_creation_rate"),
     ):
         default = type(lim).__dataclass_fields__[field].default
         add(ConfigDef(key, kind, doc, str(default), source_path=f"limits.{field}"), getattr(lim, field))

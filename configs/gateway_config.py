@@ -254,6 +254,21 @@ class LimitsConfig:
     offload_response_bytes: int = 1048576
     """Upstream responses larger than this that kgw must decode (merging a partly denied
     request's answers, rewriting Metadata) are processed on a worker thread."""
+    max_unsent_bytes_per_connection: int = 1048576
+    """While more answers than this wait for one client to read them, kgw reads nothing more
+    from it (Kafka mutes a channel while its response is unsent): a client that sends and never
+    reads holds this much, not what it sent."""
+    password_hashes_per_host: int = 1
+    """Stretched (PLAIN) password hashes one client host may have running or queued at once;
+    its further logins wait their turn, so a flood from one host delays another host's login
+    by at most this many hashes."""
+    max_connection_creation_rate_per_ip: int = 0
+    """New connections one client host may open per second (Kafka's KIP-612 connection rate
+    quota per IP); beyond it a new connection is closed at once.  0: unlimited (Kafka's
+    default; behind a load balancer without the PROXY protocol every client shares its address)."""
+    max_connection_creation_rate: int = 0
+    """New connections each listener accepts per second (Kafka max.connection.creation.rate);
+    beyond it accepting waits.  0: unlimited (Kafka's default)."""
 
 
 @_model

@@ -208,6 +208,10 @@ def _limits(ctx: _Ctx, r: _Reader) -> LimitsConfig:
         offload_produce_bytes=r("offload_produce_bytes", _POSITIVE, 1048576),
         offload_response_bytes=r("offload_response_bytes", _POSITIVE, 1048576),
         drain_timeout_ms=r("drain_timeout_ms", _POSITIVE, 30000),
+        max_unsent_bytes_per_connection=r("max_unsent_bytes_per_connection", _POSITIVE, 1048576),
+        password_hashes_per_host=r("password_hashes_per_host", _POSITIVE, 1),
+        max_connection_creation_rate_per_ip=r("max_connection_creation_rate_per_ip", _int(0), 0),
+        max_connection_creation_rate=r("max_connection_creation_rate", _int(0), 0),
     )
 
 

@@ -85,6 +85,8 @@ class ListenerSecurity:
                             if self.uses_sasl else None)
         self.failures = failures
         self._config = cfg
+        #: PLAIN passwords verified recently, shared by the gateway's listeners
+        self._verified = gateway.password_hashing.verified
 
     def reload_tls(self, only_if_changed: bool = False) -> bool:
         """Build the TLS context again from the listener's files: connections accepted from now
@@ -120,7 +122,8 @@ class ListenerSecurity:
             base = PlaintextAuthenticationContext(client_address=client_address, listener_name=self.listener_name,
                                                   security_protocol=self.protocol)
         if self.uses_sasl:
-            session = SaslSession(self._config, self.credentials, self.builder, base, failures=self.failures)
+            session = SaslSession(self._config, self.credentials, self.builder, base, failures=self.failures,
+                                  verified=self._verified)
             return stream, ConnectionAuth(None, session)
         if self.protocol == "PLAINTEXT" and self._config.principal_builder is None:
             return stream, ConnectionAuth(ANONYMOUS, None)

@@ -226,6 +226,8 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
             if self.draining:
                 await self._until_answered()
                 return None
+            while self.muted and not self.draining:  # answers wait for the client to read them
+                await self._wait_until_sent()
             with trio.move_on_at(_trio_deadline(self._read_deadline())) as timer:
                 self._read_scope = timer
                 data = await _receive(self.stream, decoder)
@@ -288,7 +290,7 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
             if session is not None and not session.authenticated:  # named in authentication failures
                 session.client_software = client_software(header.api_version, body[header.size:])
             # ApiVersions is answered even for versions kgw does not know (KIP-511).
-            await self._answer_api_versions(header, spec)
+            await self._answer_api_versions(header, spec, body)
             return
         advertised = self.gw.advertised_cached or await self._advertised()
         allowed = advertised.get(header.api_key)
@@ -366,15 +368,27 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
         except UpstreamUnavailable as e:
             raise CloseConnection(str(e), "upstream") from None
 
-    async def _answer_api_versions(self, header: RequestHeader, spec: ApiSpec) -> None:
+    async def _answer_api_versions(self, header: RequestHeader, spec: ApiSpec, body: memoryview) -> None:
         advertised = await self._advertised()
-        await self._answer_locally(header, spec, self._api_versions_body(header.api_version, advertised))
+        await self._answer_locally(header, spec, self.api_versions_answer(header, body, advertised))
 
 
     async def _answer_locally(self, header: RequestHeader, spec: ApiSpec, body: bytes) -> None:
         await self._wait_for_space()
-        self.pending.append(self._local_slot(header, spec, body))
+        self.queue_answer(header, spec, body)
         await self._flush()
+
+    async def _wait_until_sent(self) -> None:
+        """Wait until some of what waits for the client has been written (``_flush`` sets
+        ``_space``); what is queued for the upstream goes first, its answers may be what is
+        needed.  The idle deadline does not run meanwhile: answers are pending."""
+        if self._queued:
+            await self._send_upstream(self._queued)
+            self._queued.clear()
+        self._space = trio.Event()
+        await self._flush()
+        if self.muted:
+            await self._space.wait()
 
     async def _wait_for_space(self) -> None:
         """Back-pressure: at most ``max_in_flight_per_connection`` responses outstanding.
@@ -485,6 +499,8 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
                 data = batch[0] if len(batch) == 1 else b"".join(batch)
                 await self.stream.send_all(data)
                 bytes_out.inc(len(data))
+                self.unsent -= len(data)
+                self._space.set()
         finally:
             self._sending = False
             if self._answered is not None and not pending:

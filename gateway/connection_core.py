@@ -34,6 +34,7 @@ from typing import Any
 from authz.authorizer import AuthorizableRequestContext, AuthorizerNotReadyError
 from authz.principal import ANONYMOUS
 from gateway.logs import fields
+from protocol.apis.api_versions import MalformedApiVersions, request_error
 from protocol.apis.api_versions import build_response as build_api_versions
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RefuseRequest, RequestInfo
 from protocol.apis.registry import REGISTRY
@@ -140,6 +141,11 @@ class ConnectionCore:
         self.heavy: tuple | None = None
         #: a drain began (gateway stopping): read no new request, answer what is in flight, close
         self.draining = False
+        #: bytes of answers (local or upstream) not yet written to the client; above
+        #: ``limits.max_unsent_bytes_per_connection`` neither driver reads the client (Kafka mutes a
+        #: channel while its response is unsent), so a client that never reads costs a bounded buffer
+        self.unsent = 0
+        self.max_unsent = limits.max_unsent_bytes_per_connection
         #: a request :meth:`dispatch_sync` enforced whose decision must first ask the upstream
         #: (``Decision.then``): (frame, header, spec, info, body, decision)
         self._awaiting: tuple | None = None
@@ -239,7 +245,7 @@ class ConnectionCore:
                 counter.inc()
             else:
                 self._deferred.append(counter)
-            self.pending.append(self._local_slot(header, spec, self._api_versions_body(header.api_version, advertised)))
+            self.queue_answer(header, spec, self.api_versions_answer(header, body, advertised))
             return True
         self.client_id = header.client_id
         if self._deferred is None:
@@ -258,7 +264,7 @@ class ConnectionCore:
         if decision.close is not None:
             raise CloseConnection(decision.close, "denied")
         if decision.respond is not None:
-            self.pending.append(self._local_slot(header, spec, decision.respond))
+            self.queue_answer(header, spec, decision.respond)
             return True
         if decision.request is not None:
             frame = self._rebuilt(body, header, decision.request)
@@ -284,6 +290,17 @@ class ConnectionCore:
         if size <= self._offload_produce and len(frame) >= 6 and frame[4] == 0 and frame[5] == 0:
             return False  # a Produce request (api key 0) within offload_produce_bytes
         return True
+
+    def api_versions_answer(self, header: RequestHeader, body: memoryview, advertised) -> bytes:
+        """The answer to an ApiVersions request: Kafka's INVALID_REQUEST for a KIP-511 client
+        software name or version that breaks the rule, else the advertised table."""
+        try:
+            invalid = request_error(header.api_version, body[header.size:])
+        except MalformedApiVersions as e:
+            raise CloseConnection(f"malformed ApiVersions v{header.api_version} request: {e}", "decode") from None
+        if invalid is not None:
+            return invalid
+        return self._api_versions_body(header.api_version, advertised)
 
     def _api_versions_body(self, version: int, advertised) -> bytes:
         """The ApiVersions answer for ``version``, built once per advertised table."""
@@ -366,12 +383,22 @@ class ConnectionCore:
         except AuthorizerNotReadyError:
             raise CloseConnection("authorizer not ready", "authorizer") from None
 
-    @staticmethod
-    def _local_slot(header: RequestHeader, spec: ApiSpec, body: bytes) -> Slot:
+    def queue_answer(self, header: RequestHeader | None, spec: ApiSpec | None, body: bytes) -> None:
+        """A response kgw built itself takes its place in the response order.  ``header`` None:
+        ``body`` is a bare frame body (a SASL token after SaslHandshake v0)."""
         slot = Slot(header, spec)
-        head = response_header(header.api_key, header.flexible, header.correlation_id)
-        slot.data = _I32.pack(len(head) + len(body)) + head + body
-        return slot
+        if header is None:
+            slot.data = _I32.pack(len(body)) + body
+        else:
+            head = response_header(header.api_key, header.flexible, header.correlation_id)
+            slot.data = _I32.pack(len(head) + len(body)) + head + body
+        self.unsent += len(slot.data)
+        self.pending.append(slot)
+
+    @property
+    def muted(self) -> bool:
+        """Whether the client must not be read: too many answers wait for it to read them."""
+        return self.unsent >= self.max_unsent
 
     def _track(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, merge) -> Slot:
         """A forwarded request that expects a response: its place in the response order."""
@@ -429,6 +456,7 @@ class ConnectionCore:
         rewrite = slot.spec.rewrite_response
         if rewrite is None and slot.merge is None:
             slot.data = frame
+            self.unsent += len(frame)
             return
         off = 8
         if header.flexible:
@@ -449,3 +477,4 @@ class ConnectionCore:
         else:
             head = bytes(frame[4:off])
             slot.data = _I32.pack(len(head) + len(body)) + head + body
+        self.unsent += len(slot.data)

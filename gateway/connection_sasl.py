@@ -6,14 +6,13 @@ connection core's queue (``pending``, ``_flush``, ``_answer_locally``) and its p
 from __future__ import annotations
 
 import logging
-import struct
 from datetime import timedelta
 
 import trio
 from kio.schema.errors import ErrorCode
 
 from authz.principal import ANONYMOUS
-from gateway.connection_core import CloseConnection, Slot
+from gateway.connection_core import CloseConnection
 from protocol.apis.base import ApiSpec
 from protocol.codecs import CodecError, decode_request, encode, make, response_class
 from protocol.headers import RequestHeader
@@ -21,7 +20,6 @@ from protocol.headers import RequestHeader
 __all__ = ["SaslSteps"]
 
 log = logging.getLogger("kgw.connection")
-_I32 = struct.Struct(">i")
 
 
 def _not_a_sasl_listener(header: RequestHeader):
@@ -42,11 +40,11 @@ class SaslSteps:
             raise CloseConnection(f"malformed {spec.name} request: {e}", "decode") from None
         if session is None:
             response, close = _not_a_sasl_listener(header), False
-        elif session.mechanism == "PLAIN" or getattr(request, "mechanism", None) == "PLAIN":
-            # PLAIN verifies a stretched password hash: off the event loop, on at most
-            # limits.password_hash_threads threads at once
-            response, close = await trio.to_thread.run_sync(session.handle, header.api_key, header.api_version,
-                                                            request, limiter=self.gw.password_hash_limiter)
+        elif session.needs_hashing(header.api_key, request):
+            # a stretched password hash: on a worker thread, in this client host's turn
+            # (gateway/password_hashing.py); a password verified recently needs none
+            response, close = await self.gw.password_hashing.run(
+                self.peer[0], session.handle, header.api_key, header.api_version, request)
         else:
             response, close = session.handle(header.api_key, header.api_version, request)
         if close:
@@ -70,14 +68,14 @@ class SaslSteps:
 
     async def _raw_sasl_token(self, session, token: bytes) -> None:
         """A bare SASL token after SaslHandshake v0; the reply is a bare frame."""
-        reply, close = await trio.to_thread.run_sync(session.handle_raw_token, token,
-                                                     limiter=self.gw.password_hash_limiter)
+        if session.needs_hashing(0, token=token):
+            reply, close = await self.gw.password_hashing.run(self.peer[0], session.handle_raw_token, token)
+        else:
+            reply, close = session.handle_raw_token(token)
         if reply is None or close:
             await self._failed_authentication_delay()
             raise CloseConnection(f"SASL authentication failed: {session.failure_reason}", "authentication")
-        slot = Slot(None, None)
-        slot.data = _I32.pack(len(reply)) + reply
-        self.pending.append(slot)
+        self.queue_answer(None, None, reply)
         await self._flush()
         if session.authenticated:
             self.principal = session.principal

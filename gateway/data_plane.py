@@ -41,9 +41,19 @@ it); the upstream latency is observed before the response is written; byte
 counters are added every tick (they may lag the traffic by up to 100 ms).
 
 Back-pressure: a lane stops reading its client while ``max_in_flight``
-responses are outstanding or bytes wait to go upstream, and stops reading its
-upstream while bytes wait to go to the client; writes that would block are
-queued and finished on EPOLLOUT.  Deadlines: every 100 ms, lanes whose oldest
+responses are outstanding, bytes wait to go upstream, or more than
+``limits.max_unsent_bytes_per_connection`` of answers wait to go to the client
+(a client that sends and never reads costs that much, not what it sends), and
+stops reading its upstream while bytes wait to go to the client; writes that
+would block are queued and finished on EPOLLOUT.
+
+Fairness: one lane gets at most :data:`_QUANTUM` requests dispatched per turn.
+Frames it still has buffered wait on the ready list while every other lane with
+an event is served, then it gets its next turn (the loop then polls without
+blocking); meanwhile its client socket is not read, since the decoder still
+holds frames.  A client pipelining thousands of small requests in one read
+therefore delays another client by at most one quantum per turn, not by its
+whole read.  Deadlines: every 100 ms, lanes whose oldest
 request is past its deadline are closed, and so are lanes idle (nothing in
 flight, nothing read) for ``limits.connections_max_idle_ms``.  A failure
 inside one lane (even a bug) closes that connection only.
@@ -73,6 +83,8 @@ _RECV = 256 * 1024
 _RECV_INTO_MIN = 64 * 1024
 _IOV_MAX = 512
 _TICK = 0.1
+#: requests one lane may have dispatched per turn of the loop (see Fairness)
+_QUANTUM = 64
 _IN, _OUT = select.EPOLLIN, select.EPOLLOUT
 _BAD = select.EPOLLERR | select.EPOLLHUP
 
@@ -100,6 +112,10 @@ class DataPlane:
         self._ep.register(self._wake, _IN)
         self._commands: collections.deque = collections.deque()
         self._lanes: dict[int, Lane] = {}  # fd (client or upstream) -> lane
+        #: lanes with frames left over from their last turn, served in order after the events
+        self._ready: collections.deque[Lane] = collections.deque()
+        #: turns of the loop (one poll and what it served): tests count them, not time
+        self.turns = 0
         self._stop = False
         self._next_tick = 0.0
         #: False once :meth:`run` has returned (nothing will answer a release any more)
@@ -137,10 +153,11 @@ class DataPlane:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
-        poll, lanes, commands = self._ep.poll, self._lanes, self._commands
+        poll, lanes, commands, ready = self._ep.poll, self._lanes, self._commands, self._ready
         try:
             while not self._stop:
-                timeout = _TICK if lanes else -1
+                self.turns += 1
+                timeout = 0 if ready else (_TICK if lanes else -1)
                 try:
                     events = poll(timeout, 256)
                 except InterruptedError:
@@ -168,6 +185,11 @@ class DataPlane:
                             self._drained_yet(lane)
                     except Exception as e:
                         self._failed(lane, e)
+                for _ in range(len(ready)):  # those ready before this turn: one quantum each
+                    lane = ready.popleft()
+                    lane.queued = False
+                    if not lane.closed and not lane.paused:
+                        self._guarded(lane, self._process_client, lane)
                 while commands:
                     fn, args = commands.popleft()
                     fn(*args)
@@ -328,13 +350,20 @@ class DataPlane:
             return  # no new request while the gateway stops
         conn, dec = lane.conn, lane.cdec
         pending, limit = conn.pending, conn.max_in_flight
+        budget = _QUANTUM
         while True:
             answered = False
             frame = None
-            while len(pending) < limit:
+            while len(pending) < limit and not conn.muted:
+                if not budget:
+                    self._requeue(lane)  # its next frames wait for the other lanes' turn
+                    break
                 frame = next_request(dec)
                 if frame is NEED_DATA:
+                    lane.backlog = False
                     break
+                lane.backlog = True
+                budget -= 1
                 outcome = conn.dispatch_sync(frame, uout)
                 if outcome is SLOW:
                     lane.paused = True
@@ -348,8 +377,14 @@ class DataPlane:
                 return
             lane.metrics()  # counted before the client can see the answers
             self._flush_client(lane)  # local answers free their slots at once ...
-            if frame is NEED_DATA or lane.paused or lane.closed or uout or len(pending) >= limit:
+            if (frame is NEED_DATA or lane.paused or lane.closed or uout or len(pending) >= limit or not budget
+                    or conn.muted):
                 return  # ... so frames held back by max_in_flight may go on
+
+    def _requeue(self, lane: Lane) -> None:
+        if not lane.queued:
+            lane.queued = True
+            self._ready.append(lane)
 
     def _read_upstream(self, lane: Lane) -> None:
         dec = lane.udec
@@ -410,6 +445,7 @@ class DataPlane:
                 raise CloseConnection(f"upstream connection lost while sending: {e}", "upstream") from None
             if to_client:
                 lane.n_out += sent
+                lane.conn.unsent -= sent
 
     def _set_masks(self, lane: Lane) -> None:
         if lane.closed:
@@ -418,8 +454,12 @@ class DataPlane:
             cmask = umask = 0
         else:
             conn = lane.conn
-            cmask = _IN if (not lane.uout and len(conn.pending) < conn.max_in_flight
-                            and not lane.draining) else 0
+            can_take = (not lane.uout and len(conn.pending) < conn.max_in_flight and not lane.draining
+                        and not conn.muted)
+            # frames still buffered from the last read: served from the ready list, not the socket
+            cmask = _IN if can_take and not lane.backlog else 0
+            if can_take and lane.backlog:
+                self._requeue(lane)
             umask = 0 if lane.cout else _IN
             if lane.uout:
                 umask |= _OUT

@@ -20,7 +20,8 @@ class Lane:
     """One client connection while the data plane serves it."""
 
     __slots__ = ("conn", "cfd", "ufd", "cdec", "udec", "cout", "uout", "paused", "closed", "post",
-                 "cmask", "umask", "bytes_in", "bytes_out", "n_in", "n_out", "deferred", "draining")
+                 "cmask", "umask", "bytes_in", "bytes_out", "n_in", "n_out", "deferred", "draining",
+                 "backlog", "queued")
 
     def __init__(self, conn: "ConnectionCore", cfd: int, ufd: int, client_decoder: FrameDecoder,
                  upstream_frames: list, post: Callable[[tuple], None]) -> None:
@@ -46,6 +47,11 @@ class Lane:
         self.deferred: list = []
         #: the gateway is stopping: no new request is read; the lane ends once all are answered
         self.draining = False
+        #: the client decoder may still hold whole frames (the last turn ended on its quantum, or
+        #: on a limit); the socket is not read until they are dispatched
+        self.backlog = bool(client_decoder.buffered)
+        #: on the data plane's ready list
+        self.queued = False
 
     def metrics(self) -> None:
         deferred = self.deferred

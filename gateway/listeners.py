@@ -66,6 +66,39 @@ def accept_waiting(sock: socket.socket, limit: int) -> list[tuple[socket.socket,
     return accepted
 
 
+class CreationRate:
+    """At most ``rate`` new connections per second per key: a token bucket holding one second's
+    worth (Kafka's KIP-612 connection rate quotas: per IP over all listeners, and per listener).
+    Bounded: when more than :attr:`MAX_KEYS` keys are tracked, the full (idle) buckets go."""
+
+    MAX_KEYS = 100_000
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self._buckets: dict[Any, list[float]] = {}
+
+    def take(self, key: Any, now: float) -> float:
+        """0.0 if a connection for ``key`` may be created now (and counts it), else the seconds
+        until one may."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            if len(self._buckets) >= self.MAX_KEYS:
+                self._prune(now)
+            bucket = self._buckets[key] = [float(self.rate), now]
+        tokens = min(float(self.rate), bucket[0] + (now - bucket[1]) * self.rate)
+        bucket[1] = now
+        if tokens < 1.0:
+            bucket[0] = tokens
+            return (1.0 - tokens) / self.rate
+        bucket[0] = tokens - 1.0
+        return 0.0
+
+    def _prune(self, now: float) -> None:
+        for key, (tokens, at) in list(self._buckets.items()):
+            if tokens + (now - at) * self.rate >= self.rate:
+                del self._buckets[key]
+
+
 def _bind(host: str, port: int, reuse_port: bool = False) -> trio.socket.SocketType:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -99,10 +132,14 @@ class Listener:
         self._token: trio.lowlevel.TrioToken | None = None
         self._connections = 0
         self._refused_hosts: set[str] = set()  # hosts refused for max_connections_per_ip (logged once)
+        self._throttled_hosts: set[str] = set()  # hosts over their connection rate now (logged once)
         self._accept_scopes: list[trio.CancelScope] = []  # one per accepting socket (stop_accepting)
         self._accepting = True
         #: dynamic (DescribeConfigs/AlterConfigs may change it at run time)
         self.max_connections: int = config.max_connections
+        rate = gateway.config.limits.max_connection_creation_rate
+        #: limits.max_connection_creation_rate: accepting waits beyond it
+        self._creation_rate = CreationRate(rate) if rate else None
 
 
     def has_node_port(self, node_id: int) -> bool:
@@ -183,6 +220,9 @@ class Listener:
                         continue
                     raise
                 for conn, addr in accepted:
+                    if self._creation_rate is not None:  # Kafka's acceptor waits, it refuses nobody
+                        while (wait := self._creation_rate.take(None, trio.current_time())) > 0:
+                            await trio.sleep(wait)
                     await self._admit(conn, addr, node_id)
 
     async def _admit(self, conn, addr, node_id: int | None) -> None:
@@ -198,6 +238,19 @@ class Listener:
             return
         per_host = self.gateway.connections_per_host
         host = addr[0]
+        rates = self.gateway.connection_rates_per_host
+        if rates is not None and rates.take(host, trio.current_time()) > 0:
+            # KIP-612's per-IP connection rate quota: closed at once, logged once per burst
+            self.gateway.metrics.errors.labels(self.name, "-", "connection_rate_per_ip").inc()
+            if host not in self._throttled_hosts:
+                if len(self._throttled_hosts) >= CreationRate.MAX_KEYS:
+                    self._throttled_hosts.clear()
+                self._throttled_hosts.add(host)
+                log.warning("client host %s opens connections faster than %d per second "
+                            "(limits.max_connection_creation_rate_per_ip); closing the excess", host, rates.rate)
+            await trio.aclose_forcefully(stream)
+            return
+        self._throttled_hosts.discard(host)
         if per_host.get(host, 0) >= self.gateway.config.limits.max_connections_per_ip:
             # logged at most once per refused burst: the count says how many
             self.gateway.metrics.errors.labels(self.name, "-", "connection_limit_per_ip").inc()

@@ -81,7 +81,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i64Timedelta
 from authz.principal import KafkaPrincipal
 from authz.principal_builder import AuthenticationContext, KafkaPrincipalBuilder, SaslAuthenticationContext
-from authz.credentials import PlainCredential, SaslMechanism
+from authz.credentials import PlainCredential, SaslMechanism, VerifiedPasswords
 from protocol.codecs import response_class
 from authz.credentials import CredentialStore
 from gateway.sasl_scram import ScramServer, _default_nonce
@@ -119,11 +119,25 @@ class PlainServer:
 
     mechanism = "PLAIN"
 
-    def __init__(self, users: Mapping[str, PlainCredential]) -> None:
+    def __init__(self, users: Mapping[str, PlainCredential], verified: VerifiedPasswords | None = None) -> None:
         self.attempted_user: str | None = None  # the user name the client gave (audit of failures)
         self._users = users
+        self._verified = verified
         self.complete = False
         self.authorization_id: str | None = None
+
+    def needs_hashing(self, token: bytes) -> bool:
+        """Whether evaluating ``token`` runs the stretched hash: not for a password this
+        process verified recently for the same stored credential (nor for a token refused
+        before any hashing)."""
+        try:
+            _authzid, username, password = _plain_tokens(token)
+        except SaslFailure:
+            return False
+        if not username or not password:
+            return False
+        credential = self._users.get(username)
+        return credential is None or self._verified is None or not self._verified.known(credential, password)
 
     def evaluate(self, token: bytes) -> bytes:
         if self.complete:
@@ -135,7 +149,12 @@ class PlainServer:
         if not password:
             raise SaslFailure("Authentication failed: password not specified")
         credential = self._users.get(username)
-        ok = (credential or _DUMMY_PLAIN).verify(password)
+        if credential is None:
+            ok = _DUMMY_PLAIN.verify(password)  # the same cost as a wrong password
+        elif self._verified is not None:
+            ok = self._verified.verify(credential, password)
+        else:
+            ok = credential.verify(password)
         if credential is None or not ok:
             why = "unknown user" if credential is None else "wrong password"
             raise SaslFailure("Authentication failed: Invalid username or password", f"{why} {username!r}",
@@ -198,7 +217,7 @@ class SaslSession:
     def __init__(
         self, listener_config: Any, users: Any, principal_builder: KafkaPrincipalBuilder,
         auth_context_base: AuthenticationContext, *, failures: Any = None,
-        nonce_factory: Callable[[], str] = _default_nonce,
+        nonce_factory: Callable[[], str] = _default_nonce, verified: VerifiedPasswords | None = None,
     ) -> None:
         sasl = getattr(listener_config, "sasl", None)
         if sasl is None or not sasl.mechanisms:
@@ -210,6 +229,7 @@ class SaslSession:
         self._base = auth_context_base
         self._failures = failures
         self._nonce_factory = nonce_factory
+        self._verified = verified
         self.state = SaslState.INITIAL
         self.mechanism: str | None = None
         self.failure_reason: str | None = None
@@ -263,6 +283,17 @@ class SaslSession:
             return self._authenticate(version, bytes(request.auth_bytes))
         raise ValueError(f"SaslSession.handle: API key {api_key} is not SaslHandshake or SaslAuthenticate")
 
+    def needs_hashing(self, api_key: int, request: Any = None, token: bytes | None = None) -> bool:
+        """Whether answering this SaslAuthenticate request (or bare token) runs a stretched
+        password hash, which must then run on a worker thread in its client host's turn."""
+        if not isinstance(self._server, PlainServer) or self._server.complete:
+            return False
+        if token is None:
+            if api_key != SASL_AUTHENTICATE or self.state is not SaslState.AUTHENTICATE:
+                return False
+            token = bytes(request.auth_bytes)
+        return self._server.needs_hashing(token)
+
     def handle_raw_token(self, token: bytes) -> tuple[bytes | None, bool]:
         """Evaluate a bare token (SaslHandshake v0 flow).
 
@@ -299,7 +330,7 @@ class SaslSession:
 
     def _new_server(self, mechanism: str) -> PlainServer | ScramServer:
         if mechanism == SaslMechanism.PLAIN:
-            return PlainServer(self._store.plain)
+            return PlainServer(self._store.plain, self._verified)
         return ScramServer(mechanism, self._store.scram, nonce_factory=self._nonce_factory)
 
     @staticmethod

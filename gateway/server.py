@@ -24,8 +24,9 @@ from gateway.preflight import build_authorizer
 from gateway.auth_failures import AuthFailureTracker
 from gateway.data_plane import DataPlane
 from gateway.dynamic_config import DynamicConfigManager
-from gateway.listeners import Listener
+from gateway.listeners import CreationRate, Listener
 from gateway.metrics import GatewayMetrics
+from gateway.password_hashing import PasswordHashing
 from gateway.tls_reload import TlsCertificates
 from gateway.upstream import UpstreamCluster
 from gateway.upstream_queries import UpstreamQueries
@@ -67,6 +68,10 @@ class Gateway:
         self.image: MetadataImage | None = None
         #: topic names and ids learned from upstream responses (requests by topic id)
         self.topic_ids = TopicCache()
+        #: stretched password hashes: the threads that verify them, each client host's turn, and
+        #: the passwords verified recently (gateway/password_hashing.py)
+        self.password_hashing = PasswordHashing(config.limits.password_hash_threads,
+                                                config.limits.password_hashes_per_host)
         self.listeners = [Listener(self, lc) for lc in config.listeners]
         #: the TLS listeners' certificates, reloaded on SIGHUP or when their files change
         self.tls = TlsCertificates(self.listeners, self.metrics.registry)
@@ -76,8 +81,6 @@ class Gateway:
         self._advertised_for = None
         #: the epoll thread serving plain-TCP connections (gateway/data_plane.py); None: all on Trio
         self.data_plane: DataPlane | None = None
-        #: worker threads that verify stretched password hashes at once (limits.password_hash_threads)
-        self.password_hash_limiter = trio.CapacityLimiter(config.limits.password_hash_threads)
         #: the worker thread that inspects, authorizes and merges large requests and responses, so
         #: one huge request never holds the loops that serve every other connection
         self.heavy_work_limiter = trio.CapacityLimiter(1)
@@ -102,6 +105,9 @@ class Gateway:
         self.draining = False
         #: open client connections per client host, over all listeners (limits.max_connections_per_ip)
         self.connections_per_host: dict[str, int] = {}
+        rate = config.limits.max_connection_creation_rate_per_ip
+        #: new connections per client host and second, over all listeners (KIP-612), or None
+        self.connection_rates_per_host = CreationRate(rate) if rate else None
 
     # -- protocol.services.LocalServices: what local answers (ACL, config, SCRAM APIs) use
 

@@ -31,7 +31,8 @@ from kio.static.primitive import i16
 from protocol.codecs import encode, response_class
 from protocol.headers import HeaderError, read_uvarint
 
-__all__ = ["KIO_VERSIONS", "VersionRange", "advertised_versions", "build_response", "client_software", "API_VERSIONS"]
+__all__ = ["KIO_VERSIONS", "MalformedApiVersions", "VersionRange", "advertised_versions", "build_response", "client_software",
+           "request_error", "API_VERSIONS"]
 
 API_VERSIONS = 18
 
@@ -123,6 +124,49 @@ def _convert(value, target_type):
 #: KIP-511's rule for client software names and versions (Kafka answers INVALID_REQUEST otherwise)
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 _SOFTWARE_MAX = 64
+
+
+class MalformedApiVersions(ValueError):
+    """The request's body cannot be read (a broker closes the connection)."""
+
+
+def _software_strings(body: memoryview | bytes) -> list[bytes]:
+    """The two compact strings a v3+ ApiVersions body starts with (name, version)."""
+    try:
+        off, parts = 0, []
+        for _ in range(2):
+            length, off = read_uvarint(body, off)
+            if length == 0:
+                raise MalformedApiVersions("a null client software name or version")
+            end = off + length - 1
+            if end > len(body):
+                raise MalformedApiVersions("a client software string runs past the request")
+            parts.append(bytes(body[off:end]))
+            off = end
+    except (HeaderError, IndexError) as e:
+        raise MalformedApiVersions(str(e)) from None
+    return parts
+
+
+def request_error(version: int, body: memoryview | bytes) -> bytes | None:
+    """Kafka's answer to an ApiVersions request whose KIP-511 client software name or version
+    breaks the rule (``ApiVersionsRequest.isValid``): the error body INVALID_REQUEST, no API keys;
+    None when the request is valid (always before v3).  :class:`MalformedApiVersions` when the
+    strings cannot be read at all."""
+    if version < 3 or version > KIO_VERSIONS[API_VERSIONS].max:
+        return None
+    for text in _software_strings(body):
+        try:
+            valid = _SOFTWARE.fullmatch(text.decode("utf-8")) is not None
+        except UnicodeDecodeError:
+            valid = False
+        if not valid:
+            cls = response_class(API_VERSIONS, version)
+            fields = {"error_code": ErrorCode.invalid_request, "api_keys": ()}
+            if "throttle_time" in cls.__dataclass_fields__:
+                fields["throttle_time"] = timedelta(0)
+            return encode(cls(**fields))
+    return None
 
 
 def client_software(version: int, body: memoryview | bytes) -> tuple[str, str] | None:

@@ -682,3 +682,19 @@ async def test_api_versions_is_answered_on_the_fast_path(setup, data_plane, monk
     await fresh.send(18, 3, 1, request_class(18, 3)(client_software_name="t", client_software_version="1"))
     assert (await fresh.receive(18, 3))[0] == 1
     assert 18 not in slow
+
+
+@pytest.mark.parametrize("name, version", [("bad\nname", "1"), ("ok-name", "-1.0"), ("a" * 2048 + "!", "1"),
+                                           ("ünicode", "1")])
+async def test_api_versions_with_an_invalid_client_software_is_invalid_request(setup, data_plane, name, version):
+    """KIP-511: Kafka answers INVALID_REQUEST (42) with no API keys when the client software name
+    or version breaks its rule ([a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?), and keeps the
+    connection; kgw answered 0 with its table."""
+    _, _, port = setup
+    for client in (await RawClient.connect(port), await _forwarding_client(port)):  # first request, forwarding
+        await client.send(18, 3, 5, request_class(18, 3)(client_software_name=name, client_software_version=version))
+        corr, answer = await client.receive(18, 3)
+        assert (corr, int(answer.error_code), answer.api_keys) == (5, 42, ())
+        await client.send(18, 3, 6, request_class(18, 3)(client_software_name="kgw-test", client_software_version="1.0"))
+        corr, answer = await client.receive(18, 3)
+        assert corr == 6 and answer.error_code == 0 and answer.api_keys
