@@ -112,6 +112,22 @@ def _api_versions_round_trip(address: str) -> RawConnection:
     return conn
 
 
+def _frames_waiting(sock: socket.socket) -> int:
+    """How many whole frames the peer has sent on ``sock`` that are waiting to be read (peeked)."""
+    try:
+        data = sock.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return 0
+    count = pos = 0
+    while pos + 4 <= len(data):
+        (size,) = struct.unpack_from(">i", data, pos)
+        if pos + 4 + size > len(data):
+            break
+        pos += 4 + size
+        count += 1
+    return count
+
+
 def _rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -353,3 +369,66 @@ def test_a_produce_version_the_upstream_does_not_serve_is_neither_advertised_nor
             tcls(topic_id=uuid.uuid4(), partition_data=(pcls(index=i32(0), records=_batch(b"v13")),)),))
         conn.sock.sendall(encode_request(0, 13, 7, body))
         assert _closed_by_gateway(conn.sock)
+
+
+# ----------------------------------------------------------------- the next layer (confused deputy, DoS)
+
+
+def test_a_client_that_streams_requests_and_never_reads_costs_a_few_mib(start_gateway, tansu):
+    """An unauthenticated PLAINTEXT client sends one Metadata request (moving it to the data
+    plane), then streams 14-byte ApiVersions v0 requests and never reads: kgw's RSS went from
+    81 to 1,396 MiB in 6 s, still growing.  Now it stops reading the client once 1 MiB of
+    answers waits for it."""
+    gw = start_gateway(name="never-reads")
+    _api_versions_round_trip(gw.bootstrap).close()  # warmed up: what is measured is the client
+    before = _rss_kib(gw.process.pid)
+    conn = RawConnection(gw.bootstrap)
+    conn.call(3, 12, _md_v12([], auto=False))
+    request = encode_request(18, 0, 7, request_class(18, 0)())
+    chunk = request * 4096  # 56 KiB of requests, ~1.6 MiB of answers
+    conn.sock.setblocking(False)
+    sent, stalled, deadline = 0, 0, time.monotonic() + 20
+    while time.monotonic() < deadline and stalled < 20:
+        try:
+            sent += conn.sock.send(chunk)
+            stalled = 0
+        except BlockingIOError:  # the socket buffers are full: kgw stopped reading
+            stalled += 1
+            select.select([], [conn.sock], [], 0.05)
+        except ConnectionResetError:
+            pytest.fail(f"kgw dropped the connection after {sent} bytes (RSS {_rss_kib(gw.process.pid) // 1024} MiB)")
+    grown_mib = (_rss_kib(gw.process.pid) - before) / 1024
+    conn.close()
+    assert stalled >= 20, f"kgw kept reading ({sent} bytes in 20 s)"
+    assert grown_mib < 16, f"RSS grew by {grown_mib:.0f} MiB for a client that never reads ({sent} bytes sent)"
+    _api_versions_round_trip(gw.bootstrap).close()  # and the gateway serves others
+
+
+def test_a_wrong_password_flood_from_one_host_leaves_another_hosts_login_quick(start_gateway, tansu):
+    """50 connections sending wrong passwords from one host raised a legitimate PLAIN login from
+    ~20 ms to ~820 ms (800 connections: past the authentication timeout).  Now each host has its
+    turn at the hashing thread: the flood from 127.0.0.2 is still being hashed when the login
+    from 127.0.0.1 has long succeeded."""
+    users = {"plain": [{"name": "paul", "password_hash": PlainCredential.hash_password("paul-pw")}]}  # 100k rounds
+    gw = start_gateway({"listeners": [_listener("SASL", "SASL_PLAINTEXT", sasl={"mechanisms": ["PLAIN"]})],
+                        "users": users, "limits": {"failed_authentication_delay_ms": 0,
+                                                   "authentication_timeout_ms": 60000}}, name="flood")
+    host, port = gw.bootstrap.rsplit(":", 1)
+    flood = []
+    for _ in range(60):  # 60 logins of ~20 ms of hashing each, sent at once from 127.0.0.2
+        sock = socket.create_connection((host, int(port)), timeout=30, source_address=("127.0.0.2", 0))
+        sock.sendall(encode_request(17, 1, 1, request_class(17, 1)(mechanism="PLAIN"))
+                     + encode_request(36, 2, 2, request_class(36, 2)(auth_bytes=b"\x00paul\x00wrong")))
+        flood.append(sock)
+    try:
+        conn = RawConnection(gw.bootstrap)
+        conn.sock.settimeout(30)
+        conn.sasl_plain("paul", "paul-pw")  # from 127.0.0.1
+        conn.close()
+        # the flood has not finished: had the login waited behind it, every flood login would
+        # have been answered (two frames: the handshake's and the refusal) before it
+        answered = sum(1 for s in flood if _frames_waiting(s) >= 2)
+        assert answered < len(flood) // 2, f"{answered} of {len(flood)} flood logins were answered first"
+    finally:
+        for sock in flood:
+            sock.close()

@@ -47,15 +47,20 @@ class RawConnection:
             data += chunk
         return data
 
-    def call_raw(self, api_key: int, version: int, body, correlation_id: int | None = None):
-        """Send one request; return (response body bytes, decoded response)."""
+    def call_bytes(self, api_key: int, version: int, body, correlation_id: int | None = None) -> bytes:
+        """Send one request; return the response body undecoded (kio cannot decode every
+        answer Kafka gives, e.g. the -1 timestamps of a refused delegation token)."""
         self.correlation_id = correlation_id if correlation_id is not None else self.correlation_id + 1
         self.sock.sendall(encode_request(api_key, version, self.correlation_id, body))
         (size,) = struct.unpack(">i", self._read(4))
         frame = self._read(size)
         assert struct.unpack_from(">i", frame)[0] == self.correlation_id
-        off = _body_offset(api_key, version)
-        return frame[off:], decode_response(api_key, version, frame, off)
+        return frame[_body_offset(api_key, version):]
+
+    def call_raw(self, api_key: int, version: int, body, correlation_id: int | None = None):
+        """Send one request; return (response body bytes, decoded response)."""
+        raw = self.call_bytes(api_key, version, body, correlation_id)
+        return raw, decode_response(api_key, version, raw, 0)
 
     def call(self, api_key: int, version: int, body, correlation_id: int | None = None):
         return self.call_raw(api_key, version, body, correlation_id)[1]
