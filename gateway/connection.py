@@ -454,7 +454,7 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
     async def _read_upstream(self, stream: trio.SocketStream) -> None:
         """Pair upstream responses with requests in flight; one cancel scope carries the
         deadline of the oldest request and is replaced only when it fires."""
-        decoder = FrameDecoder(_MAX_RESPONSE)
+        decoder = FrameDecoder(_MAX_RESPONSE, trusted=True)
         in_flight = self.in_flight
         while True:
             with trio.CancelScope(deadline=_trio_deadline(in_flight[0].deadline) if in_flight else math.inf) as scope:

@@ -29,7 +29,7 @@ class Lane:
         self.cfd = cfd
         self.ufd = ufd
         self.cdec = client_decoder
-        self.udec = FrameDecoder((1 << 31) - 1)
+        self.udec = FrameDecoder((1 << 31) - 1, trusted=True)
         self.cout: collections.deque[memoryview] = collections.deque()
         self.uout: collections.deque[memoryview] = collections.deque(memoryview(f) for f in upstream_frames)
         self.paused = False
