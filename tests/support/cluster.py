@@ -91,11 +91,13 @@ def gateway_argv(config_path: Path | str) -> list[str]:
     return [sys.executable, "-m", "gateway.cli", "run", "--config", str(config_path)]
 
 
-def gateway_env() -> dict[str, str]:
+def gateway_env(code: Path | None = None) -> dict[str, str]:
+    """The environment kgw runs in: this repository's code, or ``code`` (another checkout of
+    kgw, e.g. the commit a benchmark compares against) ahead of the installed package."""
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"  # readiness lines must not sit in a buffer
     # Run from the repo so `python -m gateway.cli` resolves without install.
-    repo = str(Path(__file__).resolve().parents[2])
+    repo = str(code or Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
@@ -190,15 +192,18 @@ def launch_gateway(
     ready_timeout: float = GATEWAY_READY_TIMEOUT,
     node_ids: tuple[int, ...] = (TANSU_NODE_ID,),
     args: tuple[str, ...] = (),
+    code: Path | None = None,
 ) -> Gateway:
-    """Write ``config``, run ``kgw run --config`` and wait for ``ready``.
+    """Write ``config``, run ``kgw run --config`` and wait for ``ready``; ``code``: run that
+    checkout of kgw instead of this one (``python -m gateway.cli`` from it).
 
     The readiness protocol: one ``listening: NAME host:port`` line per
     listener, then ``admin: http://host:port``, then ``ready``.
     """
     config_path = write_config(work_dir / f"{name}.yaml", config)
-    proc = ManagedProcess(name, [*gateway_argv(config_path), *args], log_dir=work_dir,
-                          env=gateway_env(), cwd=work_dir).start()
+    argv = gateway_argv(config_path) if code is None else [sys.executable, "-m", "gateway.cli", "run", "--config",
+                                                            str(config_path)]
+    proc = ManagedProcess(name, [*argv, *args], log_dir=work_dir, env=gateway_env(code), cwd=work_dir).start()
     try:
         ready_idx, _ = proc.wait_for_line(r"^ready\s*$", ready_timeout)
         listeners: dict[str, str] = {}
