@@ -62,11 +62,12 @@ def start_tansu(log_dir: Path, *, advertised_port: int | None = None) -> tuple[M
 
 
 def start_kgw(log_dir: Path, tansu_port: int, name: str = "kgw", extra_config: str = "",
-              meta_dir: Path | None = None, listener: dict | None = None) -> tuple[ManagedProcess, int]:
+              meta_dir: Path | None = None, listener: dict | None = None,
+              code: Path | None = None) -> tuple[ManagedProcess, int]:
     """``kgw run`` in front of tansu, logging at WARNING; ``extra_config`` (YAML) is merged into
     its configuration and ``listener`` into its one listener's.  ``meta_dir`` (the metadata log
     directory) is reused across start attempts, so ACLs seeded into it before the call survive
-    a retry on other ports."""
+    a retry on other ports.  ``code``: another checkout of kgw to run (launch_gateway)."""
     meta_dir = meta_dir or log_dir / f"{name}-meta"
     extra = yaml.safe_load(extra_config) or {}
     last: Exception | None = None
@@ -76,7 +77,7 @@ def start_kgw(log_dir: Path, tansu_port: int, name: str = "kgw", extra_config: s
         if listener:
             config["listeners"][0] = deep_merge(config["listeners"][0], listener)
         try:
-            gateway = launch_gateway(f"{name}-{attempt}", config, log_dir)
+            gateway = launch_gateway(f"{name}-{attempt}", config, log_dir, code=code)
         except ProcessError as exc:  # a port taken meanwhile: again on others
             last = exc
             continue

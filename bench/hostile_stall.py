@@ -1,13 +1,16 @@
 """How much one huge request stalls everyone else (issue 11, finding 7).
 
 A victim produces one small record at a time (confluent-kafka, flush per record)
-through kgw with a StandardAuthorizer, and its latency is sampled in three
-phases of ``--seconds`` each: quiet, while an anonymous attacker repeatedly sends
-a Metadata v12 request naming ``--topics`` topics (none of them allowed), and
-while it repeatedly sends a Fetch v12 naming ``--partitions`` partitions.  The
-target: the victim's p99 stays under 50 ms in every phase.
+through kgw with a StandardAuthorizer, and its latency is sampled in phases of
+``--seconds`` each: quiet; while an anonymous attacker repeatedly sends a
+Metadata v12 request naming ``--topics`` topics (none of them allowed); while it
+repeatedly sends a Fetch v12 naming ``--partitions`` partitions; and while four
+anonymous connections (on the data plane, after one Metadata each) pipeline
+ApiVersions v0 requests as fast as they can, reading their answers (``pipeline``).
+The target: the victim's p99 stays under 50 ms in every phase.
 
     .venv/bin/python bench/hostile_stall.py [--seconds 10] [--topics 200000] [--partitions 200000]
+    .venv/bin/python bench/hostile_stall.py --phases quiet pipeline --code /path/to/other/checkout
 
 Prints one JSON object per phase (victim p50/p99/max in ms, attacker requests
 sent) and a summary line.
@@ -79,6 +82,33 @@ def attacker(address: tuple[str, int], frame: bytes, stop: threading.Event, sent
             pass
 
 
+def pipeliner(address: tuple[str, int], stop: threading.Event, sent: list[int]) -> None:
+    """One connection that moves to the data plane, then pipelines ApiVersions v0 as fast as it
+    can write, reading the answers on a second thread (it never waits for one)."""
+    with socket.create_connection(address, timeout=60) as sock:
+        sock.sendall(metadata_frame(0))
+        head = _exactly(sock, 4)
+        _exactly(sock, struct.unpack(">i", head)[0])
+        burst = encode_request(18, 0, 2, make(request_class(18, 0))) * 1000
+
+        def drain():
+            while not stop.is_set():
+                try:
+                    if not sock.recv(1 << 20):
+                        return
+                except OSError:
+                    return
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        while not stop.is_set():
+            try:
+                sock.sendall(burst)
+            except OSError:
+                return
+            sent[0] += 1000
+
+
 def _exactly(sock: socket.socket, n: int) -> bytes | None:
     buf = bytearray()
     while len(buf) < n:
@@ -113,6 +143,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--topics", type=int, default=200_000)
     ap.add_argument("--partitions", type=int, default=200_000)
+    ap.add_argument("--phases", nargs="+", default=["quiet", "metadata", "fetch", "pipeline"],
+                    choices=["quiet", "metadata", "fetch", "pipeline"])
+    ap.add_argument("--code", type=Path, help="run this checkout of kgw (e.g. a worktree of an older commit)")
     args = ap.parse_args(argv)
     frames = {"metadata": metadata_frame(args.topics), "fetch": fetch_frame(args.partitions)}
     with scratch("kgw-stall-") as (tmp, procs):
@@ -120,24 +153,29 @@ def main(argv=None) -> int:
         procs.append(tansu)
         meta = tmp / "meta"
         seed_acls(meta, 10)
-        kgw, port = start_kgw(tmp, tansu_port, extra_config=AUTHZ, meta_dir=meta)
+        kgw, port = start_kgw(tmp, tansu_port, extra_config=AUTHZ, meta_dir=meta, code=args.code)
         procs.append(kgw)
         bootstrap = f"{HOST}:{port}"
         topic = "bench-stall"
         create_topics(f"{HOST}:{tansu_port}", [topic])
         results = {}
-        for phase in ("quiet", "metadata", "fetch"):
+        for phase in args.phases:
             stop, sent = threading.Event(), [0]
-            thread = None
-            if phase != "quiet":
-                thread = threading.Thread(target=attacker, args=((HOST, port), frames[phase], stop, sent), daemon=True)
+            threads = []
+            if phase == "pipeline":
+                threads = [threading.Thread(target=pipeliner, args=((HOST, port), stop, sent), daemon=True)
+                           for _ in range(4)]
+            elif phase != "quiet":
+                threads = [threading.Thread(target=attacker, args=((HOST, port), frames[phase], stop, sent),
+                                            daemon=True)]
+            for thread in threads:
                 thread.start()
             results[phase] = victim(bootstrap, topic, args.seconds)
             stop.set()
-            if thread is not None:
+            for thread in threads:
                 thread.join(60)
             results[phase]["attack_requests"] = sent[0]
-            results[phase]["attack_frame_bytes"] = len(frames[phase]) if phase != "quiet" else 0
+            results[phase]["attack_frame_bytes"] = len(frames[phase]) if phase in frames else 0
             print(json.dumps({"phase": phase, **results[phase]}), flush=True)
         worst = max(r["p99_ms"] for r in results.values())
         print(f"victim p99 worst phase: {worst:.1f} ms (target < 50 ms): {'met' if worst < 50 else 'MISSED'}")

@@ -226,8 +226,6 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
             if self.draining:
                 await self._until_answered()
                 return None
-            while self.muted and not self.draining:  # answers wait for the client to read them
-                await self._wait_until_sent()
             with trio.move_on_at(_trio_deadline(self._read_deadline())) as timer:
                 self._read_scope = timer
                 data = await _receive(self.stream, decoder)
@@ -247,6 +245,8 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
                 await self._on_request(frame, to_upstream)
                 if self._handoff:
                     return decoder  # frames still buffered are the data plane's now
+                while self.muted and not self.draining:  # answers wait for the client to read them:
+                    await self._wait_until_sent()  # take no further request, buffered or not
             if to_upstream:
                 await self._send_upstream(to_upstream)
                 to_upstream.clear()

@@ -354,7 +354,7 @@ class DataPlane:
         while True:
             answered = False
             frame = None
-            while len(pending) < limit and not conn.muted:
+            while len(pending) < limit and conn.unsent < conn.max_unsent:  # (conn.muted, inlined)
                 if not budget:
                     self._requeue(lane)  # its next frames wait for the other lanes' turn
                     break
@@ -378,7 +378,7 @@ class DataPlane:
             lane.metrics()  # counted before the client can see the answers
             self._flush_client(lane)  # local answers free their slots at once ...
             if (frame is NEED_DATA or lane.paused or lane.closed or uout or len(pending) >= limit or not budget
-                    or conn.muted):
+                    or conn.unsent >= conn.max_unsent):
                 return  # ... so frames held back by max_in_flight may go on
 
     def _requeue(self, lane: Lane) -> None:
@@ -455,7 +455,7 @@ class DataPlane:
         else:
             conn = lane.conn
             can_take = (not lane.uout and len(conn.pending) < conn.max_in_flight and not lane.draining
-                        and not conn.muted)
+                        and conn.unsent < conn.max_unsent)
             # frames still buffered from the last read: served from the ready list, not the socket
             cmask = _IN if can_take and not lane.backlog else 0
             if can_take and lane.backlog:

@@ -64,9 +64,11 @@ Secrets (passwords, proofs, keys) are never logged nor put in messages;
 failure reasons kept for the log (``failure_reason``) name the user at most.
 
 PLAIN with ``password_hash`` runs PBKDF2 (100 000 iterations by default, tens
-of milliseconds) inside ``handle``; the connection should call ``handle`` for
-SaslAuthenticate through ``trio.to_thread.run_sync`` when
-``session.mechanism == "PLAIN"``.  SCRAM costs a few HMACs and can run inline.
+of milliseconds) inside ``handle``, unless the password was verified recently for
+the same stored hash (``VerifiedPasswords``); :meth:`SaslSession.needs_hashing`
+tells the connection which requests hash, and those run on a worker thread in
+their client host's turn (``gateway/password_hashing.py``).  SCRAM costs a few
+HMACs and runs inline.
 """
 
 from __future__ import annotations

@@ -23,9 +23,13 @@ Delegation tokens (38-41) first refuse, with DELEGATION_TOKEN_REQUEST_NOT_ALLOWE
 (64), token-authenticated principals, PLAINTEXT listeners and ANONYMOUS on SSL
 (Kafka's ``allowTokenRequests``).  CreateDelegationToken for another owner needs
 USER:CREATE_TOKENS on ``Type:Name`` of the owner (65); renewers must be of type
-``User`` (67).  DescribeDelegationToken filters the answer: a token stays when
-the caller owns, requested or renews it, else when DELEGATION_TOKEN:DESCRIBE on
-its id or USER:DESCRIBE_TOKENS on its owner is allowed (Kafka's ``filterToken``).
+``User`` (67).  The broker sees kgw's account as the requester, so kgw always names
+the owner in what it forwards (v3 only: before it a request cannot), adds its own
+account as a renewer, and makes the controller's renew/expire rule itself (owner or
+a renewer the owner named: 63) after looking the token up.  DescribeDelegationToken
+filters the answer: a token stays when the caller owns, requested or renews it, else
+when DELEGATION_TOKEN:DESCRIBE on its id or USER:DESCRIBE_TOKENS on its owner is
+allowed (Kafka's ``filterToken``).
 
 SaslHandshake (17), SaslAuthenticate (36), GetTelemetrySubscriptions (71) and
 PushTelemetry (72) have no authorization check: they are forwarded.

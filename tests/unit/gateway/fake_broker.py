@@ -19,7 +19,7 @@ from kio.schema.response_header.v1.header import ResponseHeader as RH1
 from kio.serial import entity_writer
 from kio.static.primitive import i16, i32
 
-from protocol.codecs import decode_request, encode, response_class
+from protocol.codecs import decode_request, encode, make, response_class
 from protocol.framing import NEED_DATA, FrameDecoder
 from protocol.headers import parse_request_header
 
@@ -36,6 +36,7 @@ class FakeBroker:
         self.read_pause = 0.0
         self.extra_nodes: tuple[int, ...] = ()  # more node ids in Metadata, all at this broker's address  # seconds between socket reads: a broker slower than its clients  # size of the records of each Produce partition received
         self.delay: dict[int, float] = {}
+        self.groups = 0  # groups in a ListGroups answer: a large response on demand
         self.connections = 0
         self.versions = {0: (3, 11), 3: (0, 12), 16: (0, 5), 18: (0, 3)}
         #: a server context: the broker's listener is SSL (kgw's upstream.tls)
@@ -134,7 +135,10 @@ class FakeBroker:
         if key == 16:
             cls = response_class(16, version)
             fields = cls.__dataclass_fields__
-            kw = {"error_code": ErrorCode.none, "groups": ()}
+            group_cls = fields["groups"].type.__args__[0]
+            kw = {"error_code": ErrorCode.none, "groups": tuple(
+                make(group_cls, group_id=f"group-{i:08d}", protocol_type="consumer", group_state="Stable",
+                     group_type="classic") for i in range(self.groups))}
             if "throttle_time" in fields:
                 kw["throttle_time"] = timedelta(0)
             return encode(cls(**kw))

@@ -129,3 +129,32 @@ async def test_every_pipelined_request_is_still_answered_in_order_across_quanta(
         frame = await client.receive_frame()
         assert struct.unpack_from(">i", frame, 4)[0] == 10 + i
 
+
+
+async def test_on_trio_answers_queue_no_further_while_a_large_answer_waits_for_the_client(nursery, tmp_path):
+    """The Trio driver: while one task is stuck sending a large upstream answer to a client that
+    does not read, the reading task went on taking requests and queueing their answers (up to
+    the in-flight limit, whatever their size).  Above the limit of unsent bytes it stops."""
+    broker = FakeBroker()
+    broker.groups = 40_000  # a ListGroups answer of ~1.4 MB: more than the sockets hold
+    await nursery.start(broker.serve)
+    gateway, port = await _start_gateway(nursery, tmp_path, broker, False,
+                                         limits={"max_unsent_bytes_per_connection": 64 * 1024})
+    client = await _forwarding_client(port)  # its ListGroups answer is read: the next one is not
+    (conn,) = gateway.connections
+    await client.stream.send_all(encode_request(16, 4, 2, request_class(16, 4)(states_filter=())))
+    with trio.fail_after(10):
+        while not conn._sending:  # the large answer is being sent and cannot finish
+            await trio.sleep(0.01)
+    fd = client.stream.socket.fileno()
+    flood = memoryview(b"".join(api_versions_v0(100 + i) for i in range(2000)))
+    sent, stalled = 0, 0
+    while sent < len(flood) and stalled < 20:
+        try:
+            sent += os.write(fd, flood[sent:])
+            stalled = 0
+        except BlockingIOError:
+            stalled += 1
+        await trio.sleep(0.02)
+    # nothing more is taken in while the large answer waits: no ApiVersions answer is queued
+    assert len(conn.pending) <= 2, len(conn.pending)
