@@ -248,6 +248,10 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
     ):
         default = type(lim).__dataclass_fields__[field].default
         add(ConfigDef(key, kind, doc, str(default), source_path=f"limits.{field}"), getattr(lim, field))
+    add(ConfigDef("max.connections.per.ip.overrides", ConfigType.STRING,
+                  "Per client host (IP or name) connection limits, host:count comma-separated.", "",
+                  source_path="limits.max_connections_per_ip_overrides"),
+        ",".join(f"{host}:{count}" for host, count in lim.max_connections_per_ip_overrides.items()))
     add(ConfigDef("data.plane.thread.enable", ConfigType.BOOLEAN,
                   "Serve plain-TCP connections' forwarding path on a dedicated epoll thread.", "true",
                   source_path="io.data_plane_thread"), config.io.data_plane_thread)

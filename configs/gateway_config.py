@@ -233,9 +233,14 @@ class LimitsConfig:
     connections_max_idle_ms: int = 600000
     """A connection with nothing in flight that sends nothing for this long is closed
     (Kafka connections.max.idle.ms)."""
-    max_connections_per_ip: int = 1000
+    max_connections_per_ip: int = 2147483647
     """Connections one client host may hold open, over all listeners (Kafka
-    max.connections.per.ip); further ones are closed at once."""
+    max.connections.per.ip, unlimited by default like Kafka's); further ones are closed at
+    once.  Behind a TCP load balancer every client has the balancer's address: set it for
+    direct clients only, or use the PROXY protocol so kgw sees the clients' own."""
+    max_connections_per_ip_overrides: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """Per client host (an IP address, or a name resolved at start-up) its own
+    max_connections_per_ip, 0 refusing it (Kafka max.connections.per.ip.overrides)."""
     failed_authentication_delay_ms: int = 100
     """A failed SASL authentication is answered, and its connection closed, only after this
     delay (Kafka connection.failed.authentication.delay.ms); 0 = at once."""

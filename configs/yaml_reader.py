@@ -43,7 +43,7 @@ import yaml
 from authz.credentials import PlainCredential, ScramCredential
 from configs.policies import PolicyLoadError, parse_rules
 from configs.gateway_config import AUDIT_LEVELS, AdminConfig, AlterConfigsPolicyConfig, AuditConfig, AuthorizerConfig, ClientAuth, ConfigError, GatewayConfig, IoConfig, LOG_FORMATS, LOG_LEVELS, LimitsConfig, ListenerConfig, ListenerSaslConfig, ListenerTlsConfig, LoggingConfig, MetadataConfig, SecurityProtocol, UpstreamConfig, UpstreamSaslConfig, UpstreamTlsConfig, UsersConfig, WILDCARD_HOSTS
-from configs.yaml_checks import _str, _BIND_PORT, _Ctx, _HOST, _IMPORT_PATH, _Invalid, _LISTENER_NAME, _Loader, _MECHANISM, _PORT, _POSITIVE, _PROTOCOL, _Reader, _SCRAM_ITERATIONS, _SCRAM_MECHANISM, _STR, _address, _base64, _bool, _choice, _config_map, _describe, _int, _list, _path, _pbkdf2, _section, _sha256_hex, _yaml_error
+from configs.yaml_checks import _str, _BIND_PORT, _Ctx, _HOST, _IMPORT_PATH, _Invalid, _LISTENER_NAME, _Loader, _MECHANISM, _PORT, _POSITIVE, _PROTOCOL, _Reader, _SCRAM_ITERATIONS, _SCRAM_MECHANISM, _STR, _address, _base64, _bool, _choice, _config_map, _describe, _int, _join, _list, _path, _pbkdf2, _section, _sha256_hex, _yaml_error
 
 __all__ = ["load_config", "parse_config"]
 
@@ -193,6 +193,21 @@ def _upstream(ctx: _Ctx, r: _Reader) -> UpstreamConfig:
     return upstream
 
 
+def _host_limits(ctx: _Ctx, path: str, v: Any) -> Mapping[str, int]:
+    """Client host (IP address or name) -> connection count >= 0 (Kafka's overrides)."""
+    if not isinstance(v, Mapping):
+        raise _Invalid(f"expected a mapping of client hosts to connection counts, got {_describe(v)}")
+    out: dict[str, int] = {}
+    for host, count in v.items():
+        if not isinstance(host, str) or not host.strip() or any(c.isspace() for c in host):
+            ctx.error(_join(path, str(host)), "must be an IP address or a host name")
+        elif not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            ctx.error(_join(path, host), f"must be a connection count >= 0, got {_describe(count)}")
+        else:
+            out[host] = count
+    return MappingProxyType(out)
+
+
 @_section(LimitsConfig)
 def _limits(ctx: _Ctx, r: _Reader) -> LimitsConfig:
     return LimitsConfig(
@@ -201,7 +216,8 @@ def _limits(ctx: _Ctx, r: _Reader) -> LimitsConfig:
         sasl_max_receive_bytes=r("sasl_max_receive_bytes", _POSITIVE, 524288),
         authentication_timeout_ms=r("authentication_timeout_ms", _POSITIVE, 10000),
         connections_max_idle_ms=r("connections_max_idle_ms", _POSITIVE, 600000),
-        max_connections_per_ip=r("max_connections_per_ip", _POSITIVE, 1000),
+        max_connections_per_ip=r("max_connections_per_ip", _POSITIVE, 2147483647),
+        max_connections_per_ip_overrides=r("max_connections_per_ip_overrides", _host_limits, MappingProxyType({})),
         failed_authentication_delay_ms=r("failed_authentication_delay_ms", _int(0), 100),
         password_hash_threads=r("password_hash_threads", _POSITIVE, 1),
         offload_request_bytes=r("offload_request_bytes", _POSITIVE, 65536),

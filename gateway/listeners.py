@@ -27,9 +27,13 @@ names would need TLS on every listener and wildcard DNS.)
 from __future__ import annotations
 
 import errno
+import ipaddress
 import logging
+import math
 import socket
 import threading
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import trio
@@ -43,11 +47,30 @@ from gateway.logs import fields
 __all__ = ["Listener", "ListenerNodeMap"]
 
 log = logging.getLogger("kgw.listener")
+#: an episode of failed accepts (out of descriptors) ends after this long without one: one
+#: WARNING per episode, however often the limit is hit and left within it
+SHORTAGE_EPISODE_S = 10.0
 _ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 #: connections taken from the backlog per wakeup of the accept loop.  One per wakeup meant one
 #: per pass of Trio's scheduler: with 500 busy connections on the loop (TLS, or the data plane
 #: off) a pass takes ~10 ms, and a connection queued behind 500 others waited 6 s.
 _ACCEPT_BURST = 64
+
+
+def resolve_host_limits(overrides: Mapping[str, int]) -> dict[str, int]:
+    """``limits.max_connections_per_ip_overrides`` by client IP address: a host name counts
+    for every address it resolves to now (as Kafka resolves its overrides at start-up).
+    :raises OSError: a name that does not resolve."""
+    limits: dict[str, int] = {}
+    for host, count in overrides.items():
+        try:
+            limits[str(ipaddress.ip_address(host))] = count
+            continue
+        except ValueError:
+            pass
+        for *_, sockaddr in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM):
+            limits[str(sockaddr[0])] = count
+    return limits
 
 
 def accept_waiting(sock: socket.socket, limit: int) -> list[tuple[socket.socket, Any]]:
@@ -209,16 +232,29 @@ class Listener:
         # the same listening socket as a plain non-blocking one, to take what else is waiting
         backlog = socket.fromfd(sock.fileno(), sock.family, sock.type)
         backlog.setblocking(False)
+        failures = 0  # in this episode of running out of descriptors (or memory)
+        last_failure = -math.inf
         with sock, backlog, scope:
             while True:
                 try:
                     accepted = [await sock.accept(), *accept_waiting(backlog, _ACCEPT_BURST - 1)]
                 except OSError as e:
-                    if e.errno in _ACCEPT_CAPACITY_ERRNOS:
-                        log.error("accept on listener %s failed: %s; retrying in 100 ms", self.name, e)
-                        await trio.sleep(0.1)
-                        continue
-                    raise
+                    if e.errno not in _ACCEPT_CAPACITY_ERRNOS:
+                        raise
+                    now = time.monotonic()
+                    if now - last_failure >= SHORTAGE_EPISODE_S:  # once per episode, not per attempt
+                        log.warning("listener %s cannot accept: %s; new connections wait in the backlog and kgw "
+                                    "retries with a back-off (raise the open-file limit, `ulimit -n`, or lower "
+                                    "limits.max_connections)", self.name, e.strerror or e)
+                    failures += 1
+                    last_failure = now
+                    self.gateway.metrics.errors.labels(self.name, "-", "accept_out_of_resources").inc()
+                    await trio.sleep(min(0.01 * 2 ** min(failures, 7), 1.0))
+                    continue
+                if failures and time.monotonic() - last_failure >= SHORTAGE_EPISODE_S:
+                    log.info("listener %s accepts again (%d accept(s) failed for want of descriptors)",
+                             self.name, failures)
+                    failures = 0
                 for conn, addr in accepted:
                     if self._creation_rate is not None:  # Kafka's acceptor waits, it refuses nobody
                         while (wait := self._creation_rate.take(None, trio.current_time())) > 0:
@@ -251,13 +287,14 @@ class Listener:
             await trio.aclose_forcefully(stream)
             return
         self._throttled_hosts.discard(host)
-        if per_host.get(host, 0) >= self.gateway.config.limits.max_connections_per_ip:
+        if per_host.get(host, 0) >= self.gateway.connection_limit_of(host):
             # logged at most once per refused burst: the count says how many
             self.gateway.metrics.errors.labels(self.name, "-", "connection_limit_per_ip").inc()
             if host not in self._refused_hosts:
                 self._refused_hosts.add(host)
-                log.warning("client host %s holds %d connections (limits.max_connections_per_ip); "
-                            "refusing more", host, per_host[host])
+                log.warning("client host %s holds %d connections (limits.max_connections_per_ip%s); "
+                            "refusing more", host, per_host.get(host, 0),
+                            "_overrides" if host in self.gateway.connection_limits_per_host else "")
             await trio.aclose_forcefully(stream)
             return
         per_host[host] = per_host.get(host, 0) + 1

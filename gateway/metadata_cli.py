@@ -22,6 +22,9 @@ from pathlib import Path
 import trio
 
 from gateway.metadata_backend import metadata_location, offline_image
+from metadata.directory_files import acquire_lock
+from metadata.files import OS_FILES
+from metadata.repair import RepairPlan, apply_repair, plan_repair
 from metadata.records import AccessControlEntryRecord, ConfigRecord, UserScramCredentialRecord
 from metadata.shell import NoSuchNode, ShellSession, dump_records, list_children, value_at
 from metadata.store import MetadataLogError
@@ -117,8 +120,60 @@ def _interactive_shell(args) -> int:
     return 1 if failed and not interactive else 0
 
 
+def _report(plan: RepairPlan) -> str:
+    lines = [f"problem:    {plan.problem}",
+             f"kept:       " + (f"the snapshot at offset {plan.snapshot_end} and " if plan.snapshot_end else "")
+             + (f"the log up to offset {plan.keep_next - 1}" if plan.keep_next else "nothing")]
+    if plan.unreadable is not None:
+        first, end = plan.unreadable
+        lines.append(f"lost:       offsets {first}..{end - 1} ({end - first} record{'s' * (end - first != 1)}), "
+                     "unreadable")
+    if plan.later:
+        readable = [record for _, record in plan.later if record is not None]
+        lines.append(f"set aside:  {len(plan.later)} readable records after the hole (offsets {plan.later[0][0]}.."
+                     f"{plan.later[-1][0]}: {_summary(readable)}), not applied")
+    if plan.truncate is not None:
+        lines.append(f"cut:        {plan.truncate[0].name} at file position {plan.truncate[1]}")
+    for path in plan.set_aside:
+        lines.append(f"move aside: {path.name}")
+    return "\n".join(lines)
+
+
+def _recover(args) -> int:
+    """``kgw metadata recover``: repair a directory log a gateway refuses to start on
+    (:mod:`metadata.repair`), with the gateway stopped."""
+    _config, data_dir = metadata_location(args.config, args.data_dir)
+    if data_dir is None:
+        print("kgw metadata recover: this gateway's metadata log is a Kafka topic, kept by Kafka's replication; "
+              "there is no local log to recover", file=sys.stderr)
+        return 2
+    if not OS_FILES.exists(data_dir):
+        print(f"kgw metadata recover: {data_dir} does not exist", file=sys.stderr)
+        return 2
+    lock_fd = acquire_lock(OS_FILES, data_dir)  # no gateway may run meanwhile
+    try:
+        plan = plan_repair(OS_FILES, data_dir)
+        if plan.problem is None:
+            print(f"{data_dir}: nothing to recover: the log is readable up to offset {plan.keep_next - 1} and "
+                  "holds every acknowledged record")
+            return 0
+        print(f"{data_dir}:\n{_report(plan)}")
+        if args.dry_run:
+            print("dry run: nothing changed")
+            return 0
+        aside = apply_repair(OS_FILES, plan)
+    finally:
+        OS_FILES.close(lock_fd)
+    print(f"recovered: the log now ends at offset {plan.keep_next - 1}"
+          + (f"; what was set aside is in {aside} (listing: {aside / 'set-aside.txt'})" if aside else "")
+          + ". Compare the state with your last export (kgw metadata export) and re-apply what is missing.")
+    return 0
+
+
 def cmd_metadata(args) -> int:
     try:
+        if args.action == "recover":
+            return _recover(args)
         if args.action == "export":
             return trio.run(_export, args)
         if args.action in ("ls", "cat"):
@@ -146,8 +201,11 @@ def register(sub) -> None:
                        "PATH: Kafka's metadata shell commands over the same view as 'kgw acls dump' (/acl/id/<uuid>, "
                        "/configs/<type>/<name>/<key>; SCRAM credentials are not shown), read-only, also while a "
                        "gateway runs. shell: the metadata shell over that view (ls, cd, pwd, cat, find, tree), "
-                       "interactive on a terminal, one command per line from standard input otherwise.")
-    p.add_argument("action", choices=["export", "import", "ls", "cat", "shell"])
+                       "interactive on a terminal, one command per line from standard input otherwise. recover: repair a "
+                       "directory log the gateway refuses to start on (damaged or missing segments): keep what is "
+                       "readable up to the damage, set later records aside in recovered-<time>/ with a listing, "
+                       "report what was lost (the gateway must be stopped; --dry-run reports only).")
+    p.add_argument("action", choices=["export", "import", "ls", "cat", "shell", "recover"])
     p.add_argument("file", nargs="?", default="-",
                    help="import: the document ('-' for standard input); ls, cat: the path (ls: / by default)")
     where = p.add_mutually_exclusive_group(required=True)
@@ -155,5 +213,5 @@ def register(sub) -> None:
     where.add_argument("--data-dir", help="the metadata log directory")
     p.add_argument("--output", "-o", help="export: write here (mode 0600) instead of standard output")
     p.add_argument("--replace", action="store_true", help="import: also remove what the document does not hold")
-    p.add_argument("--dry-run", action="store_true", help="import: print what would be written, write nothing")
+    p.add_argument("--dry-run", action="store_true", help="import: print what would be written, write nothing; recover: report, change nothing")
     p.set_defaults(func=cmd_metadata)

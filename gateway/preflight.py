@@ -81,6 +81,7 @@ def problems(config: Any, *, ports: bool = True) -> list[Problem]:
     except PolicyLoadError as e:
         found.append(Problem("alter_configs_policy", str(e).replace("\n", "; ")))
     found += _metadata_problems(config.metadata)
+    found += _host_limit_problems(config.limits.max_connections_per_ip_overrides)
     if ports:
         for i, lc in enumerate(config.listeners):
             if lc.port:
@@ -125,6 +126,19 @@ def _upstream_problems(up: Any) -> list[Problem]:
         key, sep, message = str(e).partition(": ")
         return [Problem(key, message) if sep and key.startswith("upstream.") else Problem("upstream.tls", str(e))]
     return []
+
+
+def _host_limit_problems(overrides: Any) -> list[Problem]:
+    from gateway.listeners import resolve_host_limits
+
+    found = []
+    for host, count in overrides.items():
+        try:
+            resolve_host_limits({host: count})
+        except OSError as e:
+            found.append(Problem(f'limits.max_connections_per_ip_overrides["{host}"]',
+                                 f"cannot resolve {host}: {e.strerror or e}"))
+    return found
 
 
 def _metadata_problems(md: Any) -> list[Problem]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import trio
 from prometheus_client import Gauge
+from prometheus_client.core import CounterMetricFamily
 
 from authz.authorizer import AuthorizerServerInfo, Endpoint
 from metadata.image import MetadataImage
@@ -24,7 +25,7 @@ from gateway.preflight import build_authorizer
 from gateway.auth_failures import AuthFailureTracker
 from gateway.data_plane import DataPlane
 from gateway.dynamic_config import DynamicConfigManager
-from gateway.listeners import CreationRate, Listener
+from gateway.listeners import CreationRate, Listener, resolve_host_limits
 from gateway.metrics import GatewayMetrics
 from gateway.password_hashing import PasswordHashing
 from gateway.tls_reload import TlsCertificates
@@ -97,6 +98,10 @@ class Gateway:
         offset = Gauge("kgw_metadata_applied_offset", "Offset of the last metadata log record (or, with "
                        "the kafka backend, message) applied", registry=self.metrics.registry)
         offset.set_function(lambda: self.image.offset if self.image is not None else -1)
+        healthy = Gauge("kgw_metadata_store_healthy", "1 while the metadata store takes writes; 0 after a failed "
+                        "write (a full disk) until kgw makes it take writes again", registry=self.metrics.registry)
+        healthy.set_function(lambda: 0 if self.image is not None and self.image.store.broken else 1)
+        self.metrics.registry.register(_HealthCounters(self))
         #: encoded ApiVersions answers per version, valid for the advertised table they were built from
         self.api_versions_bodies: dict[int, bytes] = {}
         self.api_versions_for = None
@@ -105,9 +110,16 @@ class Gateway:
         self.draining = False
         #: open client connections per client host, over all listeners (limits.max_connections_per_ip)
         self.connections_per_host: dict[str, int] = {}
+        #: limits.max_connections_per_ip_overrides by client IP address
+        self.connection_limits_per_host = resolve_host_limits(config.limits.max_connections_per_ip_overrides)
         rate = config.limits.max_connection_creation_rate_per_ip
         #: new connections per client host and second, over all listeners (KIP-612), or None
         self.connection_rates_per_host = CreationRate(rate) if rate else None
+
+    def connection_limit_of(self, host: str) -> int:
+        """The connections client host ``host`` may hold (Kafka's max.connections.per.ip, with
+        its overrides)."""
+        return self.connection_limits_per_host.get(host, self.config.limits.max_connections_per_ip)
 
     # -- protocol.services.LocalServices: what local answers (ACL, config, SCRAM APIs) use
 
@@ -139,13 +151,41 @@ class Gateway:
         if self.draining:  # a load balancer stops sending the moment a drain begins
             return {**{name: False for name in self._ready}, "upstream": False, "broker_ports": False}
         exposed = all(not listener.unexposed for listener in self.listeners)
-        state = {**self._ready, "upstream": self.cluster.reachable is not False, "broker_ports": exposed}
-        if self.image is not None and self.image.store.shared:
-            since = self.image.store.stale_since
-            state["metadata"] = True if since is None else time.strftime(
-                "stale since %Y-%m-%dT%H:%M:%SZ, authorizing with the state as of offset "
-                f"{self.image.offset}", time.gmtime(since))
+        upstream: bool | str = self.cluster.reachable is not False
+        if upstream and self.cluster.timing_out_since is not None:
+            upstream = time.strftime("requests time out since %Y-%m-%dT%H:%M:%SZ", time.gmtime(
+                self.cluster.timing_out_since)) + f" ({self.cluster.request_timeouts} so far)"
+        state = {**self._ready, "upstream": upstream, "broker_ports": exposed}
+        if self.image is not None:
+            store = self.image.store
+            since = store.stale_since
+            broken = store.broken
+            if broken is not None:
+                state["metadata"] = time.strftime("no writes since %Y-%m-%dT%H:%M:%SZ", time.gmtime(broken[0])) + (
+                    f" ({broken[1]}); ACL, config and SCRAM changes fail, authorizing with the state as of offset "
+                    f"{self.image.offset}")
+            elif since is not None:
+                state["metadata"] = time.strftime(
+                    "stale since %Y-%m-%dT%H:%M:%SZ, authorizing with the state as of offset "
+                    f"{self.image.offset}", time.gmtime(since))
+            elif store.shared:
+                state["metadata"] = True
         return state
+
+    async def _resume_metadata_writes(self) -> None:
+        """While the metadata store does not take writes (a failed write: a full disk, an I/O
+        error), ask it to resume every second, then less often (up to 30 s) while the cause
+        persists; readiness and kgw_metadata_store_healthy say so meanwhile."""
+        delay = 1.0
+        while True:
+            await trio.sleep(delay)
+            store = self.image.store if self.image is not None else None
+            if store is None or store.broken is None:
+                delay = 1.0
+            elif await store.resume_writes():
+                delay = 1.0
+            else:
+                delay = min(delay * 2, 30.0)
 
     async def drain(self, timeout_s: float) -> int:
         """Graceful stop: stop accepting, stop reading new requests, answer every request in
@@ -223,6 +263,7 @@ class Gateway:
                 ready_events = {e.listener_name: ev for e, ev in self.authorizer.start(self.server_info()).items()}
             await self.image.load()
             await nursery.start(self.image.follow)
+            nursery.start_soon(self._resume_metadata_writes)
             await self.dynamic_configs.load()
             nursery.start_soon(self.tls.watch)
             bound = {}
@@ -271,3 +312,23 @@ class Gateway:
                 await store.aclose()
                 if self.authorizer is not None:
                     self.authorizer.close()
+
+
+class _HealthCounters:
+    """Counters kept as plain integers where they happen (the metadata image, the upstream
+    cluster: layers below the metrics), exported at scrape time."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        gateway = self._gateway
+        yield CounterMetricFamily("kgw_metadata_snapshot_failures", "Metadata snapshots that failed (the records "
+                                  "were durable; retried with a back-off)",
+                                  value=gateway.image.snapshot_failures if gateway.image is not None else 0)
+        yield CounterMetricFamily("kgw_upstream_request_timeouts", "Forwarded requests the upstream did not answer "
+                                  "within upstream.request_timeout_ms (their client connections were closed)",
+                                  value=gateway.cluster.request_timeouts)

@@ -142,6 +142,34 @@ class UpstreamCluster:
         #: None until the first refresh; False from a failed refresh until the next success
         self.reachable: bool | None = None
         self.unreachable_since: float | None = None  # time.time() of the first failure in a row
+        #: client requests the upstream did not answer within their deadline (kgw_upstream_request_timeouts_total)
+        self.request_timeouts = 0
+        #: time.time() of the first timeout since answers last came in time; None while they do
+        self.timing_out_since: float | None = None
+        #: an episode ends with an answer this long (monotonic seconds) after its last timeout
+        self.quiet_s = 2 * request_timeout_s
+        self._last_timeout = 0.0
+
+    def request_timed_out(self, what: str, after_s: float) -> None:
+        """A forwarded request was not answered in time (its connection is closed).  The first
+        of an episode is a WARNING; readiness reports the upstream not ready until answers come
+        in time again (:meth:`answered`).  Called from the loop and the data-plane thread."""
+        self.request_timeouts += 1
+        self._last_timeout = time.monotonic()
+        if self.timing_out_since is None:
+            self.timing_out_since = time.time()
+            log.warning("upstream did not answer %s within %.1fs (upstream.request_timeout_ms): kgw closes such "
+                        "client connections and reports the upstream not ready until it answers in time again",
+                        what, after_s)
+
+    def answered(self) -> None:
+        """An upstream response arrived in time; ends a timeout episode once no timeout came for
+        :attr:`quiet_s` (one WARNING per episode, not per flap)."""
+        since = self.timing_out_since
+        if since is not None and time.monotonic() - self._last_timeout >= self.quiet_s:
+            self.timing_out_since = None
+            log.warning("upstream answers in time again after %.1fs (%d request timeouts so far)",
+                        time.time() - since, self.request_timeouts)
 
     def subscribe(self, callback: Callable[[int], None]) -> None:
         """``callback(node_id)`` is called for every node id, once when it is first seen."""

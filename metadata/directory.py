@@ -6,9 +6,11 @@ See :mod:`metadata.store` for the layout, durability and recovery rules.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +18,8 @@ from pathlib import Path
 import trio
 
 from metadata.directory_files import (
-    Recovered, Segment, Snapshot, acquire_lock, apply_retention, now_ms, read_log_state, recover, segment_name,
-    write_and_fsync, write_snapshot_file,
+    Recovered, Segment, Snapshot, acquire_lock, apply_retention, now_ms, probe_room, read_log_state, recover,
+    segment_name, truncate_durably, write_acknowledged, write_and_fsync, write_snapshot_file,
 )
 from metadata.files import OS_FILES, OsFiles
 from metadata.records import MetadataRecord, encode_record
@@ -121,6 +123,11 @@ class DirectoryMetadataStore(MetadataStore):
         self._snapshots: list[Snapshot] = []
         self._next_offset = 0
         self._broken_cause: BaseException | None = None
+        self._broken_at = 0.0
+        #: whether the last failed write was cut off the segment again (its change not made)
+        self._undone = False
+        #: time.monotonic() of the last acknowledged-offset file written (at most one a second)
+        self._acknowledged_at = float("-inf")
 
     # -- properties ---------------------------------------------------------
 
@@ -168,12 +175,44 @@ class DirectoryMetadataStore(MetadataStore):
         return recovered
 
     def _open_active_segment(self) -> None:
-        """Append to the last segment if it ends at the next offset, else roll a new one."""
+        """Append to the last segment if it ends at the next offset, else roll a new one; record
+        what the log holds now (the acknowledged-offset file)."""
         last = self._segments[-1] if self._segments else None
         if last is not None and last.next_offset == self._next_offset:
             self._segment_fd = self._files.open(last.path, os.O_WRONLY | os.O_APPEND)
+            self._record_acknowledged()
             return
         self._roll_segment_blocking()
+
+    def _record_acknowledged(self) -> None:
+        """The acknowledged-offset file (:func:`~metadata.directory_files.write_acknowledged`):
+        evidence, beside the segments, of how far the log reached, so a deleted or cut segment is
+        found at the next start-up instead of silently losing acknowledged records."""
+        write_acknowledged(self._files, self._path, self._next_offset, self._segments[-1].base_offset)
+        self._acknowledged_at = time.monotonic()
+
+    def _write_durably(self, data: bytes, next_offset: int) -> None:
+        """One group commit's bytes, fsynced; then, at most once a second, the evidence of it.
+        On failure, what reached the segment is cut off again (:attr:`_undone`): a writer told
+        "failed" must not find its change applied after a restart."""
+        try:
+            write_and_fsync(self._files, self._segment_fd, data)
+            if time.monotonic() - self._acknowledged_at >= 1.0:
+                write_acknowledged(self._files, self._path, next_offset, self._segments[-1].base_offset)
+                self._acknowledged_at = time.monotonic()
+        except OSError:
+            self._undone = self._cut_back()
+            raise
+
+    def _cut_back(self) -> bool:
+        """Truncate the active segment to its last acknowledged byte and fsync; False if that
+        failed too (the outcome of the failed write is then unknown until the next start)."""
+        try:
+            self._files.ftruncate(self._segment_fd, self._segments[-1].size)
+            self._files.fsync(self._segment_fd)
+        except OSError:
+            return False
+        return True
 
     def _roll_segment_blocking(self) -> None:
         segment = Segment(self._next_offset, self._path / segment_name(self._next_offset))
@@ -184,11 +223,14 @@ class DirectoryMetadataStore(MetadataStore):
             files.fsync_dir(self._path)
         except BaseException:
             files.close(fd)
+            with contextlib.suppress(OSError):  # else the next roll meets it (O_EXCL) forever
+                files.unlink(segment.path)
             raise
         if self._segment_fd >= 0:
             files.close(self._segment_fd)
         self._segment_fd = fd
         self._segments.append(segment)
+        self._record_acknowledged()
 
     def _close_fds(self) -> None:
         if self._segment_fd >= 0:
@@ -199,11 +241,19 @@ class DirectoryMetadataStore(MetadataStore):
         if self._state is _StoreState.CLOSED:
             return
         async with self._write_lock:  # let an in-flight group commit finish
+            was_open = self._state is _StoreState.OPEN
             self._state = _StoreState.CLOSED
             for ticket in self._pending:
                 ticket.state = _TicketState.FAILED
                 ticket.error = MetadataStoreClosedError("store closed before the append was written")
             self._pending.clear()
+            if was_open:
+                try:  # a clean stop leaves exact evidence
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(self._record_acknowledged)
+                except OSError as exc:
+                    logger.warning("metadata log %s: recording the acknowledged offset at close failed: %s",
+                                   self._path, exc)
             self._close_fds()
             if self._lock_fd >= 0:
                 self._files.close(self._lock_fd)
@@ -217,7 +267,8 @@ class DirectoryMetadataStore(MetadataStore):
             return
         if self._state is _StoreState.BROKEN:
             raise MetadataStoreBrokenError(
-                f"metadata store {self._path} failed earlier and must be reopened"
+                f"metadata store {self._path} takes no writes since a write failed ({self._broken_cause}); "
+                "kgw tries again every few seconds"
             ) from self._broken_cause
         if self._state is _StoreState.NEW:
             raise MetadataStoreClosedError(f"call load() before using the store at {self._path}")
@@ -244,8 +295,10 @@ class DirectoryMetadataStore(MetadataStore):
         if ticket.state is _TicketState.FAILED:
             if isinstance(ticket.error, MetadataLogError):
                 raise ticket.error
+            outcome = ("the change was not made" if self._undone
+                       else "the change may or may not be durable")
             raise MetadataStoreBrokenError(
-                f"writing the metadata log {self._path} failed; the append may or may not be durable"
+                f"writing the metadata log {self._path} failed ({ticket.error}); {outcome}"
             ) from ticket.error
         return ticket.base_offset + len(ticket.records) - 1
 
@@ -261,7 +314,7 @@ class DirectoryMetadataStore(MetadataStore):
             offset += len(ticket.records)
         data = b"".join(ticket.batch for ticket in tickets)
         try:
-            await trio.to_thread.run_sync(write_and_fsync, self._files, self._segment_fd, data)
+            await trio.to_thread.run_sync(self._write_durably, data, offset)
         except OSError as exc:
             self._break(exc, tickets)
             return
@@ -274,13 +327,49 @@ class DirectoryMetadataStore(MetadataStore):
         self._publish(tickets)
 
     def _break(self, exc: OSError, tickets: list[_Ticket]) -> None:
-        logger.error("metadata log %s: write/fsync failed, store is now broken: %s", self._path, exc)
+        logger.error("metadata log %s: write/fsync failed: no metadata change is accepted until a write "
+                     "succeeds again (tried every few seconds): %s", self._path, exc)
         self._state = _StoreState.BROKEN
         self._broken_cause = exc
+        self._broken_at = time.time()
         for ticket in tickets + self._pending:
             ticket.state = _TicketState.FAILED
             ticket.error = exc
         self._pending.clear()
+
+    @property
+    def broken(self) -> tuple[float, BaseException] | None:
+        if self._state is _StoreState.BROKEN and self._broken_cause is not None:
+            return self._broken_at, self._broken_cause
+        return None
+
+    async def resume_writes(self) -> bool:
+        if self._state is not _StoreState.BROKEN:
+            return self._state is _StoreState.OPEN
+        async with self._write_lock:
+            try:
+                await trio.to_thread.run_sync(self._resume_blocking)
+            except OSError as exc:
+                self._broken_cause = exc
+                return False
+            self._state = _StoreState.OPEN
+            self._broken_cause = None
+        logger.warning("metadata log %s takes writes again (after %.0f s); the failed appends were not applied",
+                       self._path, time.time() - self._broken_at)
+        return True
+
+    def _resume_blocking(self) -> None:
+        """Cut the active segment back to its last acknowledged byte (a failed write may have
+        left part or all of its batch, never fsynced), fsync; check there is room for more than
+        the next append (:func:`~metadata.directory_files.probe_room`); reopen it."""
+        files, active = self._files, self._segments[-1]
+        if self._segment_fd >= 0:
+            files.close(self._segment_fd)
+            self._segment_fd = -1
+        truncate_durably(files, active.path, active.size)
+        probe_room(files, self._path)
+        self._segment_fd = files.open(active.path, os.O_WRONLY | os.O_APPEND)
+        self._record_acknowledged()
 
     # -- subscriptions ------------------------------------------------------
 

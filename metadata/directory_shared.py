@@ -31,10 +31,12 @@ Recovery at ``load()`` is the directory backend's, under ``.append.lock``.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
@@ -42,10 +44,11 @@ from typing import Final
 import trio
 
 from metadata.directory_files import (
-    acquire_lock, apply_retention, list_dir, now_ms, recover, segment_name, write_and_fsync, write_snapshot_file,
+    Damage, Segment, acquire_lock, apply_retention, list_dir, now_ms, probe_room, read_acknowledged, recover, segment_name,
+    truncate_durably, write_acknowledged, write_all, write_snapshot_file,
 )
 from metadata.files import OS_FILES, OsFiles
-from metadata.record_batch import encode_batch, scan_batches, set_base_offset
+from metadata.record_batch import encode_batch, find_batch_after, scan_batches, set_base_offset
 from metadata.records import MetadataRecord, encode_record
 from metadata.snapshots import decode_values
 from metadata.store import (
@@ -105,6 +108,11 @@ class SharedDirectoryStore(MetadataStore):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._broken: BaseException | None = None
+        self._broken_at = 0.0
+        #: whether the last failed write was cut off the segment again
+        self._undone = False
+        #: time.monotonic() of the last acknowledged-offset file this worker wrote
+        self._acknowledged_at = float("-inf")
 
     @property
     def path(self) -> Path:
@@ -156,6 +164,7 @@ class SharedDirectoryStore(MetadataStore):
         else:
             self._writer = _Position(last.base_offset, last.path, last.size, next_offset)
         w = self._writer
+        self._record_acknowledged()
         self._reader = _Position(w.base, w.path, w.pos, w.next)
         self._reader_fd = self._files.open(w.path, os.O_RDONLY)
         self._snapshot_end = recovered.snapshots[-1].end_offset if recovered.snapshots else 0
@@ -166,7 +175,16 @@ class SharedDirectoryStore(MetadataStore):
         fd = self._files.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._files.close(fd)
         self._files.fsync_dir(self._path)
+        write_acknowledged(self._files, self._path, base, base)
+        self._acknowledged_at = time.monotonic()
         return path
+
+    def _record_acknowledged(self) -> None:
+        """Holding the append lock: the acknowledged-offset file (see the directory backend)."""
+        w = self._writer
+        assert w is not None
+        write_acknowledged(self._files, self._path, w.next, w.base)
+        self._acknowledged_at = time.monotonic()
 
     async def aclose(self) -> None:
         if self._state == "closed":
@@ -191,10 +209,39 @@ class SharedDirectoryStore(MetadataStore):
 
     def _require_open(self) -> None:
         if self._broken is not None:
-            raise MetadataStoreBrokenError(f"metadata store {self._path} failed earlier and must be reopened") \
-                from self._broken
+            raise MetadataStoreBrokenError(f"metadata store {self._path} takes no writes since a write failed "
+                                           f"({self._broken}); kgw tries again every few seconds") from self._broken
         if self._state != "open":
             raise MetadataStoreClosedError(f"metadata store {self._path} is {self._state}")
+
+    @property
+    def broken(self) -> tuple[float, BaseException] | None:
+        return None if self._broken is None else (self._broken_at, self._broken)
+
+    async def resume_writes(self) -> bool:
+        """After a failed write (an OSError; damage to the log needs an operator): catch the
+        writer up with the log, cutting what a failed write left, and record the evidence."""
+        if self._broken is None:
+            return self._state == "open"
+        if not isinstance(self._broken, OSError) or self._state != "open":
+            return False
+        async with self._write_lock:
+            try:
+                await trio.to_thread.run_sync(self._locked, self._resume_blocking)
+            except OSError as exc:
+                self._broken = exc
+                return False
+            except MetadataLogCorruptError as exc:
+                self._broken = exc
+                return False
+            self._broken = None
+        log.warning("metadata log %s takes writes again (after %.0f s)", self._path, time.time() - self._broken_at)
+        return True
+
+    def _resume_blocking(self) -> None:
+        self._catch_up_writer()
+        probe_room(self._files, self._path)
+        self._record_acknowledged()
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -214,15 +261,18 @@ class SharedDirectoryStore(MetadataStore):
             files.close(fd)
         scan = scan_batches(data, w.next)
         if scan.problem is not None:
+            acknowledged = read_acknowledged(files, self._path)
+            later = find_batch_after(data, scan.valid_bytes, scan.next_offset)
+            if later is not None or (acknowledged is not None and scan.next_offset < acknowledged[0]):
+                # acknowledged records are damaged, not a dead writer's tail: cut nothing
+                later_at = None if later is None else (w.pos + later[0], later[1])
+                damage = Damage(Segment(w.base, w.path), w.pos + scan.valid_bytes, scan.next_offset, scan.problem,
+                                later_at)
+                raise MetadataLogCorruptError(damage.describe(self._path))
             log.warning("metadata log %s: cutting a torn tail of %d byte(s) at file position %d (log offset %d): %s",
                         w.path, len(data) - scan.valid_bytes, w.pos + scan.valid_bytes, scan.next_offset,
                         scan.problem)
-            fd = files.open(w.path, os.O_WRONLY)
-            try:
-                files.ftruncate(fd, w.pos + scan.valid_bytes)
-                files.fsync(fd)
-            finally:
-                files.close(fd)
+            truncate_durably(files, w.path, w.pos + scan.valid_bytes)
         w.pos += scan.valid_bytes
         w.next = scan.next_offset
 
@@ -238,12 +288,30 @@ class SharedDirectoryStore(MetadataStore):
             offset += count
         data = b"".join(batches)
         fd = self._files.open(w.path, os.O_WRONLY | os.O_APPEND)
+        written = False
         try:
-            write_and_fsync(self._files, fd, data)
+            write_all(self._files, fd, data)
+            written = True
+            self._files.fsync(fd)
+        except OSError:
+            # what part of the batch reached the file was never acknowledged: cut it while the
+            # lock keeps the other workers' writers out.  A whole batch whose fsync failed may
+            # have been read by their followers already: its outcome is unknown
+            self._undone = False
+            with contextlib.suppress(OSError):
+                self._files.ftruncate(fd, w.pos)
+                self._files.fsync(fd)
+                self._undone = not written
+            raise
         finally:
             self._files.close(fd)
         w.pos += len(data)
         w.next = offset
+        if time.monotonic() - self._acknowledged_at >= 1.0:
+            try:
+                self._record_acknowledged()
+            except OSError as exc:  # the records are durable: the evidence waits for the next write
+                log.warning("metadata log %s: the acknowledged-offset file could not be written: %s", self._path, exc)
         return bases
 
     async def append(self, records: Sequence[MetadataRecord]) -> int:
@@ -266,8 +334,9 @@ class SharedDirectoryStore(MetadataStore):
         if isinstance(outcome, BaseException):
             if isinstance(outcome, MetadataStoreClosedError):
                 raise outcome
-            raise MetadataStoreBrokenError(f"writing the metadata log {self._path} failed; the append may or "
-                                           "may not be durable") from outcome
+            done = "the change was not made" if self._undone else "the change may or may not be durable"
+            raise MetadataStoreBrokenError(f"writing the metadata log {self._path} failed ({outcome}); {done}") \
+                from outcome
         self._wake.set()  # the follower reads it now, not at its next tick
         return outcome + len(records) - 1
 
@@ -282,9 +351,10 @@ class SharedDirectoryStore(MetadataStore):
         try:
             bases = await trio.to_thread.run_sync(
                 self._locked, self._write_blocking, [p[0] for p in pending], [p[1] for p in pending])
-        except OSError as exc:
-            log.error("metadata log %s: write/fsync failed, store is now broken: %s", self._path, exc)
-            self._broken = exc
+        except (OSError, MetadataLogCorruptError) as exc:
+            log.error("metadata log %s: write/fsync failed: no metadata change is accepted until a write succeeds "
+                      "again: %s", self._path, exc)
+            self._broken, self._broken_at = exc, time.time()
             for _batch, _count, result in pending:
                 result.append(exc)
             return

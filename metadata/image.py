@@ -17,6 +17,9 @@ Kafka's ``AclPublisher`` does:
   them durable, so a CreateAcls/DeleteAcls is acknowledged only after fsync;
 * every ``snapshot_every`` records it writes a snapshot of the full image at
   the offset the image reflects, so start-up does not replay an endless log.
+  A snapshot is housekeeping: the records are durable and applied before it starts,
+  so its failure (a full disk) never reaches the writer.  It is logged, counted
+  (:attr:`MetadataImage.snapshot_failures`) and tried again after a back-off.
 
 Dynamic configs (``ConfigRecord``) and SCRAM credentials (``UserScramCredentialRecord``)
 live in the same image, for the config and SCRAM APIs.
@@ -39,12 +42,16 @@ from authz.acl import (
     ResourcePattern,
     ResourceType,
 )
-from metadata.store import MetadataStore
+from metadata.store import MetadataLogError, MetadataStore
 from metadata.records import AccessControlEntryRecord, ConfigRecord, RemoveAccessControlEntryRecord, RemoveUserScramCredentialRecord, UserScramCredentialRecord
 
 __all__ = ["MetadataImage", "binding_to_record", "record_to_binding"]
 
 log = logging.getLogger("kgw.metadata")
+
+#: a failed snapshot is tried again after this back-off, doubling up to the maximum
+_SNAPSHOT_RETRY_MIN_S = 5.0
+_SNAPSHOT_RETRY_MAX_S = 300.0
 
 
 def binding_to_record(acl_id: uuid.UUID, b: AclBinding) -> AccessControlEntryRecord:
@@ -111,6 +118,10 @@ class MetadataImage:
         self.config_listeners: list = []
         self._offset_changed = trio.Event()
         self._snapshotting = False
+        #: snapshots that failed (kgw_metadata_snapshot_failures_total), and when to try again
+        self.snapshot_failures = 0
+        self._snapshot_backoff = 0.0
+        self._snapshot_retry_at = 0.0
 
     async def load(self) -> None:
         state = await self.store.load()
@@ -224,12 +235,27 @@ class MetadataImage:
         return records
 
     async def _maybe_snapshot(self) -> None:
+        """Snapshot once enough records accumulated.  Called after records are durable and
+        applied, so a failure here must not reach the writer: a client told "failed" for a
+        change in force would retry or give up on a change that is in fact made.  It is logged
+        with its cause, counted, and tried again after a back-off (5 s doubling to 5 min)."""
         if self.store.records_since_snapshot < self.snapshot_every or self._snapshotting:
+            return
+        if trio.current_time() < self._snapshot_retry_at:
             return
         self._snapshotting = True
         try:
             records, offset = self.records(), self.offset
             await self.store.snapshot(records, through_offset=offset)
+        except (OSError, MetadataLogError) as exc:
+            self.snapshot_failures += 1
+            self._snapshot_backoff = min(max(self._snapshot_backoff * 2, _SNAPSHOT_RETRY_MIN_S), _SNAPSHOT_RETRY_MAX_S)
+            self._snapshot_retry_at = trio.current_time() + self._snapshot_backoff
+            log.warning("metadata snapshot at offset %d failed (the records are durable and in force; start-up "
+                        "replays more of the log until one succeeds); next try in %.0f s: %s",
+                        offset, self._snapshot_backoff, exc)
+            return
         finally:
             self._snapshotting = False
+        self._snapshot_backoff = 0.0
         log.info("metadata snapshot written at offset %d (%d records)", offset, len(records))

@@ -270,5 +270,37 @@ def scan_batches(buf: bytes | memoryview, base_offset: int) -> ScanResult:
 
 
 
+def find_batch_after(buf: bytes | memoryview, pos: int, min_offset: int) -> tuple[int, int] | None:
+    """The first place after ``pos`` where a whole, CRC-valid batch with a base offset of at least
+    ``min_offset`` starts: ``(file position, base offset)``, or None.
+
+    A torn tail (what a crash leaves of writes never acknowledged) is only ever at the very
+    end of the last segment; a bad batch with a valid one after it is damage to acknowledged
+    data (a flipped byte, a bad sector) and must not be cut as a torn tail.  Every byte after
+    ``pos`` is tried as a batch start (the damaged batch's own length cannot be trusted), but
+    only where the magic byte is 2 is the CRC computed, so a few megabytes scan quickly."""
+    view = memoryview(buf)
+    magic_at = 16  # baseOffset(8) batchLength(4) partitionLeaderEpoch(4), then magic
+    start = pos + 1 + magic_at
+    raw = bytes(view) if not isinstance(buf, (bytes, bytearray)) else buf
+    while True:
+        hit = raw.find(b"\x02", start)
+        if hit < 0:
+            return None
+        candidate = hit - magic_at
+        start = hit + 1
+        if candidate + _BATCH_HEADER_SIZE > len(raw):
+            return None
+        base_offset, batch_length = _INT64.unpack_from(raw, candidate)[0], struct.unpack_from(">i", raw, candidate + 8)[0]
+        if base_offset < min_offset or batch_length < _BATCH_HEADER_SIZE - _LOG_OVERHEAD:
+            continue
+        end = candidate + _LOG_OVERHEAD + batch_length
+        if end > len(raw):
+            continue
+        (crc,) = _UINT32.unpack_from(raw, candidate + 17)
+        if crc32c(view[candidate + _CRC_START : end]) == crc:
+            return candidate, base_offset
+
+
 class BatchFormatError(ValueError):
     """A record batch is torn, corrupt or not in the form kgw writes."""

@@ -42,7 +42,7 @@ from authz.acl import AclOperation, AclPermissionType, PatternType, ResourceType
 from metadata.store import LoadedState
 from metadata.records import AccessControlEntryRecord, ConfigRecord, MetadataRecord, RemoveAccessControlEntryRecord
 
-__all__ = ["NoSuchNode", "ShellSession", "config_type_name", "dump_records", "dump_state", "kafka_uuid_str",
+__all__ = ["NoSuchNode", "ShellSession", "acl_json", "config_type_name", "dump_records", "dump_state", "kafka_uuid_str",
            "list_children", "render", "value_at"]
 
 UuidFormat = Literal["kafka", "canonical"]
@@ -84,7 +84,7 @@ def _name(enum_cls: Any, code: int) -> str | int:
         return code
 
 
-def _acl_json(record: AccessControlEntryRecord, uuid_format: UuidFormat) -> dict[str, Any]:
+def acl_json(record: AccessControlEntryRecord, uuid_format: UuidFormat) -> dict[str, Any]:
     return {
         "id": _uuid_text(record.id, uuid_format),
         "resourceType": _name(ResourceType, record.resource_type),
@@ -109,7 +109,7 @@ def dump_records(
     tree: dict[str, Any] = {}
     for record in records:
         if isinstance(record, AccessControlEntryRecord):
-            tree[f"/acl/id/{_uuid_text(record.id, uuid_format)}"] = _acl_json(record, uuid_format)
+            tree[f"/acl/id/{_uuid_text(record.id, uuid_format)}"] = acl_json(record, uuid_format)
         elif isinstance(record, RemoveAccessControlEntryRecord):
             tree.pop(f"/acl/id/{_uuid_text(record.id, uuid_format)}", None)
         elif isinstance(record, ConfigRecord):

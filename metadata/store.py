@@ -40,18 +40,31 @@ after their data is on stable storage, and a burst of N concurrent appends costs
 about one fsync instead of N.  The flush is shielded from cancellation: once bytes
 may be on disk the in-memory offsets must follow.  An ``OSError`` while writing puts
 the store in the BROKEN state (after a failed fsync the page cache cannot be
-trusted); every later call raises :class:`MetadataStoreBrokenError` and a restart
-recovers from disk.  The outcome of the failed append itself is unknown.
+trusted); every later call raises :class:`MetadataStoreBrokenError` until
+:meth:`MetadataStore.resume_writes` succeeds: it cuts the active segment back to the
+last acknowledged byte (fsynced), so the failed append is not applied, and reopens it
+(the gateway calls it every few seconds while the store is broken).  The writer of the
+failed append was told it failed, and it did.
+
+Each group commit is followed, at most once a second, by the *acknowledged-offset
+file* (``<dir>/acknowledged``: the next offset and the active segment), rewritten with
+``.part`` + fsync + rename: evidence, independent of the segments, of how far the log
+reached.  A log that ends before it (a deleted or cut segment) is refused at start-up.
 
 Recovery
 --------
 At ``load()`` every retained segment is scanned batch by batch: length, magic, CRC,
-base offset continuity, record framing.  A problem in the *last* segment is a torn
-or corrupt tail: the file is truncated to the last good batch and fsynced, with a
-WARNING naming the bytes cut, the file position and the log offset.  Only
-unacknowledged bytes can be torn (acknowledged ones were fsynced), so nothing
-acknowledged is lost.  A problem in an earlier, sealed segment is real corruption and
-raises :class:`MetadataLogCorruptError` instead of silently dropping data.
+base offset continuity, record framing.  A bad batch at the very end of the last
+segment, with no valid batch after it and not below the acknowledged offset, is a
+torn tail (writes never acknowledged): the file is truncated to the last good batch
+and fsynced, with a WARNING naming the bytes cut, the file position and the log
+offset.  Anything else unreadable is *damage* to acknowledged records: a bad batch
+with a valid one after it, a bad batch below the acknowledged offset, a gap between
+segments, a log ending before the acknowledged offset.  Damage the newest valid
+snapshot covers is a WARNING (retention deletes the segment); any other raises
+:class:`MetadataLogCorruptError` naming the file, the position, the offset and
+``kgw metadata recover`` (:mod:`metadata.repair`), instead of silently dropping
+acknowledged records - a lost DENY or ACL deletion would give back revoked access.
 
 Snapshots are tried newest first; one that fails validation is renamed
 ``*.checkpoint.corrupt`` with a WARNING and the previous snapshot plus the log after it
@@ -247,6 +260,18 @@ class MetadataStore(abc.ABC):
         """Unix time since which a shared backend could not confirm it follows the log end
         (None while it does, and always for a local backend)."""
         return None
+
+    @property
+    def broken(self) -> tuple[float, BaseException] | None:
+        """(Unix time, cause) since a failed write stopped this store taking writes (a full
+        disk, an I/O error); None while it takes them."""
+        return None
+
+    async def resume_writes(self) -> bool:
+        """After a failed write: make the log hold exactly what was acknowledged and take
+        writes again.  True when the store takes writes (now, or all along); False while the
+        cause persists.  Safe to call at any time and repeatedly."""
+        return True
 
     @abc.abstractmethod
     async def load(self) -> LoadedState: ...

@@ -16,11 +16,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+_SESSION_TIME = re.compile(r" in ([0-9.]+)s")
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,74 @@ MUTATIONS = (
              '    """JoinGroup (docs/authorization.md): GROUP:READ, W 30 (JoinGroupRequest.getErrorResponse)."""\n'
              "    if not auth.enabled or auth.allowed(GROUP, info.decoded.group_id, DESCRIBE):",
              ("tests/unit/protocol/test_scenarios.py",)),
+    Mutation("fast path: versions above the advertised maximum forwarded", "gateway/connection_core.py",
+             "        if allowed is None or not allowed.min <= api_version <= allowed.max:",
+             "        if allowed is None or api_version < allowed.min:",
+             ("tests/unit/gateway/test_connection.py::"
+              "test_a_version_outside_the_advertised_range_never_reaches_the_broker_on_a_forwarding_connection",)),
+    Mutation("metadata log: the segment-gap check removed", "metadata/directory_files.py",
+             "            if batch.base_offset > expected:\n                raise MetadataLogCorruptError(",
+             "            if False:\n                raise MetadataLogCorruptError(",
+             ("tests/unit/metadata/test_metadata_repair.py::test_a_deleted_sealed_segment_sets_the_later_ones_aside",)),
+    Mutation("connections: the authentication deadline replaced by the idle deadline", "gateway/connection_core.py",
+             "            if now >= self._auth_deadline:", "            if now >= self.last_read + self._idle_s:",
+             ("tests/unit/gateway/test_connection_deadlines.py",)),
+    Mutation("listeners: max.connections not enforced", "gateway/listeners.py",
+             "        if self._connections >= self.max_connections:", "        if False:",
+             ("tests/unit/gateway/test_connection_limits.py::test_a_listeners_max_connections_is_enforced",)),
+    Mutation("metadata log: damage followed by valid batches cut as a torn tail", "metadata/directory_files.py",
+             "    if is_last and later is None and scan.next_offset >= acknowledged_next:", "    if is_last:",
+             ("tests/unit/metadata/test_metadata_log.py::test_damage_in_the_middle_of_the_active_segment_refuses_to_start",)),
+    Mutation("metadata log: a bad last batch below the acknowledged offset cut as a torn tail",
+             "metadata/directory_files.py",
+             "    if is_last and later is None and scan.next_offset >= acknowledged_next:",
+             "    if is_last and later is None:",
+             ("tests/unit/metadata/test_metadata_log.py::test_damage_to_the_last_acknowledged_batch_refuses_to_start",)),
+    Mutation("metadata log: a log ending before the acknowledged offset accepted", "metadata/directory_files.py",
+             "    _check_acknowledged(path, acknowledged, segments, next_offset)\n", "",
+             ("tests/unit/metadata/test_metadata_log.py::test_a_deleted_active_segment_refuses_to_start",)),
+    Mutation("metadata log: the acknowledged offset not recorded after group commits", "metadata/directory.py",
+             "            if time.monotonic() - self._acknowledged_at >= 1.0:\n"
+             "                write_acknowledged(self._files, self._path, next_offset,",
+             "            if False:\n                write_acknowledged(self._files, self._path, next_offset,",
+             ("tests/unit/metadata/test_metadata_log.py::"
+              "test_evidence_of_acknowledged_records_is_kept_at_most_a_second_behind",)),
+    Mutation("metadata log: damage a newer snapshot covers stops the start", "metadata/directory_files.py",
+             "    index = segments.index(damage.segment)\n", "    return True\n",
+             ("tests/unit/metadata/test_metadata_log.py::"
+              "test_corruption_in_a_sealed_segment_a_snapshot_covers_is_reported_not_fatal",)),
+    Mutation("metadata image: a failed snapshot fails the change before it", "metadata/image.py",
+             "        except (OSError, MetadataLogError) as exc:\n            self.snapshot_failures += 1",
+             "        except ZeroDivisionError as exc:\n            self.snapshot_failures += 1",
+             ("tests/unit/metadata/test_disk_faults.py::test_a_snapshot_without_room_never_fails_the_change_before_it",)),
+    Mutation("metadata log: a failed snapshot's .part left on the disk", "metadata/directory_files.py",
+             "    except BaseException:\n        files.unlink(part)\n        raise",
+             "    except BaseException:\n        raise",
+             ("tests/unit/metadata/test_disk_faults.py::test_a_snapshot_without_room_never_fails_the_change_before_it",)),
+    Mutation("metadata log: a failed append's bytes left in the segment", "metadata/directory.py",
+             "            self._files.ftruncate(self._segment_fd, self._segments[-1].size)\n",
+             "            pass\n",
+             ("tests/unit/metadata/test_disk_faults.py::"
+              "test_a_full_disk_at_the_evidence_file_fails_the_append_and_resumes_exactly",)),
+    Mutation("metadata log: writes resumed with no room for them", "metadata/directory.py",
+             "        probe_room(files, self._path)\n", "",
+             ("tests/unit/metadata/test_disk_faults.py::"
+              "test_a_full_disk_fails_the_append_it_hits_and_writes_resume_when_room_returns",)),
+    Mutation("readiness: a metadata store taking no writes reported ready", "gateway/server.py",
+             "            if broken is not None:\n", "            if False:\n",
+             ("tests/unit/gateway/test_metadata_store_health.py",)),
+    Mutation("readiness: upstream request timeouts not reported", "gateway/server.py",
+             "        if upstream and self.cluster.timing_out_since is not None:", "        if False:",
+             ("tests/unit/gateway/test_upstream_loss.py::"
+              "test_upstream_request_timeouts_make_readiness_say_so_once_per_episode",)),
+    Mutation("limits: per-host connection overrides ignored", "gateway/server.py",
+             "        return self.connection_limits_per_host.get(host, self.config.limits.max_connections_per_ip)",
+             "        return self.config.limits.max_connections_per_ip",
+             ("tests/unit/gateway/test_connection_limits.py::test_a_per_host_override_replaces_the_limit_for_that_host",)),
+    Mutation("repair: records after the damage applied instead of set aside", "metadata/repair.py",
+             "                if bad > start:\n                    plan.keep_next, plan.truncate = bad, (segment.path, scan.valid_bytes)",
+             "                if bad > start:\n                    plan.keep_next, plan.truncate = bad, (segment.path, len(raw))",
+             ("tests/unit/metadata/test_metadata_repair.py::test_a_flipped_byte_is_repaired_to_exactly_the_records_before_it",)),
 )
 
 
@@ -157,7 +227,8 @@ def run(mutation: Mutation, copy: Path) -> str:
                               cwd=copy, capture_output=True, text=True, timeout=600)
     finally:
         target.write_text(original)
-    return "SURVIVED" if done.returncode == 0 else "CAUGHT"
+    took = _SESSION_TIME.findall(done.stdout)  # pytest's own count: collection and tests, not its start-up
+    return ("SURVIVED" if done.returncode == 0 else "CAUGHT") + (f" in {took[-1]}s" if took else "")
 
 
 def main(argv: list[str]) -> int:
@@ -168,8 +239,8 @@ def main(argv: list[str]) -> int:
         survivors = 0
         for mutation in wanted:
             verdict = run(mutation, copy)
-            survivors += verdict != "CAUGHT"
-            print(f"{verdict:8} {mutation.name}", flush=True)
+            survivors += not verdict.startswith("CAUGHT")
+            print(f"{verdict:17} {mutation.name}", flush=True)
     print(f"{len(wanted) - survivors} of {len(wanted)} mutations caught")
     return 1 if survivors else 0
 

@@ -193,9 +193,11 @@ def launch_gateway(
     node_ids: tuple[int, ...] = (TANSU_NODE_ID,),
     args: tuple[str, ...] = (),
     code: Path | None = None,
+    open_files: int | None = None,
 ) -> Gateway:
     """Write ``config``, run ``kgw run --config`` and wait for ``ready``; ``code``: run that
-    checkout of kgw instead of this one (``python -m gateway.cli`` from it).
+    checkout of kgw instead of this one (``python -m gateway.cli`` from it); ``open_files``:
+    the process' open-file limit (``ulimit -n``; the same process id, stopped by it).
 
     The readiness protocol: one ``listening: NAME host:port`` line per
     listener, then ``admin: http://host:port``, then ``ready``.
@@ -203,6 +205,9 @@ def launch_gateway(
     config_path = write_config(work_dir / f"{name}.yaml", config)
     argv = gateway_argv(config_path) if code is None else [sys.executable, "-m", "gateway.cli", "run", "--config",
                                                             str(config_path)]
+    if open_files is not None:  # set the limit, then become kgw (exec: the same process id)
+        argv = [sys.executable, "-c", "import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, "
+                f"({open_files}, {open_files})); os.execv(sys.argv[1], sys.argv[1:])", *argv]
     proc = ManagedProcess(name, [*argv, *args], log_dir=work_dir, env=gateway_env(code), cwd=work_dir).start()
     try:
         ready_idx, _ = proc.wait_for_line(r"^ready\s*$", ready_timeout)

@@ -7,7 +7,11 @@ guarantees POSIX gives and nothing more:
 * directory entries (a created, renamed or removed name) become durable at
   ``fsync_dir`` of their directory, whatever was done to the file's data;
 * ``crash_at=N`` makes the N-th mutating operation raise :class:`PowerLoss` before
-  it happens (the machine is gone: nothing after it runs).
+  it happens (the machine is gone: nothing after it runs);
+* ``capacity=N`` is the size of the disk in bytes (file data; names are free): a write
+  that does not fit writes what fits and returns the count, one with no room at all
+  raises ``ENOSPC``, as ``write(2)`` does.  Assign :attr:`SimDisk.capacity` to free or
+  fill the disk.
 
 :meth:`SimDisk.after_power_loss` is the disk the machine finds when it boots
 again: the durable directory entries, and in each file its durable bytes plus
@@ -51,8 +55,9 @@ class SimDisk:
     O_EXCL = os.O_EXCL
     O_TRUNC = os.O_TRUNC
 
-    def __init__(self, root: Path, *, crash_at: int | None = None) -> None:
+    def __init__(self, root: Path, *, crash_at: int | None = None, capacity: int | None = None) -> None:
         self.root = Path(root)
+        self.capacity = capacity
         self.dirs: dict[Path, _Dir] = {self.root: _Dir()}
         self.crash_at = crash_at
         self.ops = 0
@@ -130,11 +135,26 @@ class SimDisk:
         self._fds[fd] = (node, bool(flags & os.O_APPEND))
         return fd
 
+    def used(self) -> int:
+        """Bytes of file data held: every file with a name, and unlinked ones still open."""
+        nodes = {id(n): n for d in self.dirs.values() for n in d.entries.values() if isinstance(n, _Inode)}
+        nodes.update((id(n), n) for n, _ in self._fds.values())
+        return sum(len(n.data) for n in nodes.values())
+
+    def _room(self, wanted: int) -> int:
+        if self.capacity is None:
+            return wanted
+        room = max(self.capacity - self.used(), 0)
+        if room == 0 and wanted:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return min(room, wanted)
+
     def write(self, fd: int, data) -> int:
         self._step()
         node, _append = self._fds[fd]
-        node.data += bytes(data)
-        return len(data)
+        fits = self._room(len(data))
+        node.data += bytes(data[:fits])
+        return fits
 
     def fsync(self, fd: int) -> None:
         self._step()

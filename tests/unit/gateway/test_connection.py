@@ -698,3 +698,22 @@ async def test_api_versions_with_an_invalid_client_software_is_invalid_request(s
         await client.send(18, 3, 6, request_class(18, 3)(client_software_name="kgw-test", client_software_version="1.0"))
         corr, answer = await client.receive(18, 3)
         assert corr == 6 and answer.error_code == 0 and answer.api_keys
+
+
+@pytest.mark.parametrize("version, reason", [(13, "unsupported_version"), (-1, "header")])
+async def test_a_version_outside_the_advertised_range_never_reaches_the_broker_on_a_forwarding_connection(
+        setup, version, reason):
+    """The fast path of a connection already forwarding checks the version against what kgw
+    advertises (Metadata v0-v12 here: the upstream's range) as the first request's path does:
+    a Metadata v13 (or a negative version) closes the connection and is not forwarded."""
+    broker, gateway, port = setup
+    client = await _forwarding_client(port)
+    frame = bytearray(encode_request(3, 12, 5, _md_request(12)))
+    frame[6:8] = struct.pack(">h", version)  # the header's api_version
+    await client.stream.send_all(bytes(frame))
+    with trio.fail_after(5):
+        assert await client.receive_frame() is None
+    assert not [r for r in broker.received if r[0] == 3 and r[1] == version]
+    errors = {(s.labels["api"], s.labels["reason"]): s.value for m in gateway.metrics.registry.collect()
+              if m.name == "kgw_request_errors" for s in m.samples if s.name.endswith("_total")}
+    assert [why for (_api, why) in errors] == [reason], errors

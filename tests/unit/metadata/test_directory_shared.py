@@ -21,7 +21,7 @@ from metadata.directory import DirectoryMetadataStore, read_log_state
 from metadata.directory_shared import SharedDirectoryStore, hold_directory
 from metadata.image import MetadataImage, binding_to_record
 from metadata.records import ConfigRecord
-from metadata.store import MetadataStoreLockedError
+from metadata.store import MetadataStoreBrokenError, MetadataStoreLockedError
 from metadata.transfer import export_document
 
 
@@ -153,3 +153,29 @@ async def test_the_supervisors_lock_keeps_any_other_writer_out_and_the_format_is
     await single.load()
     assert single.offset == a.offset == 1 and state(single) == state(a)
     await single.store.aclose()
+
+
+async def test_a_failed_write_is_cut_and_writes_resume_without_a_restart(log_dir, monkeypatch):
+    """A worker whose write fails (a full disk) takes no writes until resume_writes succeeds;
+    what the failed write left in the segment is cut, so no worker ever applies it."""
+    import metadata.directory_shared as shared
+
+    async with workers(log_dir, 10**9, 10**9) as (a, b):
+        await a.append([binding_to_record(uuid.uuid4(), binding("before"))])
+        real = shared.write_all
+
+        def half_then_fail(files, fd, data):
+            os.write(fd, data[: len(data) // 2])
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(shared, "write_all", half_then_fail)
+        with pytest.raises(MetadataStoreBrokenError, match=r"No space left on device\); the change was not made"):
+            await a.append([binding_to_record(uuid.uuid4(), binding("failed"))])
+        assert a.store.broken is not None
+        monkeypatch.setattr(shared, "write_all", real)
+        assert await a.store.resume_writes() is True and a.store.broken is None
+        await a.append([binding_to_record(uuid.uuid4(), binding("after"))])
+        await b.append([binding_to_record(uuid.uuid4(), binding("other"))])
+        await until_offset((a, b), 2)
+        for image in (a, b):
+            assert sorted(acl.pattern.name for acl in image.acls.values()) == ["after", "before", "other"]
