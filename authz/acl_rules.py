@@ -7,33 +7,23 @@ rule that made it, named in the audit line.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
-from .acl import (
-    AclOperation,
-    WILDCARD_HOST,
-    WILDCARD_RESOURCE,
-)
-from .acl_index import StandardAcl
-from .authorizer import (
-    Action,
-    AuthorizationResult,
-    AuthorizerNotReadyError,
-)
-from .principal import WILDCARD_PRINCIPAL_KEY
-from authz.acl import PatternType
-from authz.acl_index import AclIndex
 
+from authz.acl import WILDCARD_HOST, WILDCARD_RESOURCE, AclOperation, PatternType
+from authz.acl_index import AclIndex, StandardAcl
+from authz.authorizer import Action, AuthorizationResult, AuthorizerNotReadyError
+from authz.principal import WILDCARD_PRINCIPAL_KEY
+
+__all__ = ["ALLOW_OPS_FOR", "DENY_OPS_FOR", "IMPLIED_BY", "AuthorizerData", "MatchingRule", "decide"]
 
 _LITERAL = PatternType.LITERAL
-
-
 _DENIED = AuthorizationResult.DENIED
-
-
 _ALLOWED = AuthorizationResult.ALLOWED
 
 
-class _Data:
+class AuthorizerData:
     """Immutable (but for its derived-value caches); replaced, never changed."""
 
     __slots__ = (
@@ -54,7 +44,7 @@ class _Data:
         self.decisions: dict[tuple, MatchingRule] | None = {} if cache_size > 0 else None
         self.by_type: dict[tuple, AuthorizationResult] | None = {} if cache_size > 0 else None
 
-    def copy_with(self, **changes: Any) -> "_Data":
+    def copy_with(self, **changes: Any) -> "AuthorizerData":
         fields = {
             "index": self.index,
             "super_users": self.super_users,
@@ -63,7 +53,7 @@ class _Data:
             "cache_size": self.cache_size,
         }
         fields.update(changes)
-        return _Data(**fields)
+        return AuthorizerData(**fields)
 
 class MatchingRule:
     __slots__ = ("result",)
@@ -116,21 +106,27 @@ def _rule_of(acl: StandardAcl) -> MatchingAclRule:
 
 _Op = AclOperation
 
+#: The operations an ALLOW ACL implies beyond its own (Kafka's ``AclEntry`` /
+#: ``StandardAuthorizerData``): READ, WRITE, DELETE and ALTER imply DESCRIBE; ALTER_CONFIGS
+#: implies DESCRIBE_CONFIGS.  Nothing else implies anything (CREATE does not imply DESCRIBE),
+#: and ALL allows every operation.
+IMPLIED_BY: Mapping[AclOperation, frozenset[AclOperation]] = MappingProxyType({
+    _Op.DESCRIBE: frozenset({_Op.READ, _Op.WRITE, _Op.DELETE, _Op.ALTER}),
+    _Op.DESCRIBE_CONFIGS: frozenset({_Op.ALTER_CONFIGS}),
+})
 
-#: Which ACL operations an **ALLOW** ACL may carry to allow a requested
-#: operation.  ALL allows everything; READ, WRITE, DELETE and ALTER imply
-#: DESCRIBE; ALTER_CONFIGS implies DESCRIBE_CONFIGS; nothing else implies
-#: anything (CREATE does not imply DESCRIBE).
-_ALLOW_OPS_FOR: dict[AclOperation, frozenset[AclOperation]] = {
-    op: frozenset({op, _Op.ALL}) for op in AclOperation
-}
-
+#: Which ACL operations an **ALLOW** ACL may carry to allow a requested operation.
+ALLOW_OPS_FOR: Mapping[AclOperation, frozenset[AclOperation]] = MappingProxyType({
+    op: frozenset({op, _Op.ALL, *IMPLIED_BY.get(op, ())}) for op in AclOperation
+})
 
 #: A **DENY** ACL needs the same operation or ALL: implication never widens a DENY.
-_DENY_OPS_FOR: dict[AclOperation, frozenset[AclOperation]] = {op: frozenset({op, _Op.ALL}) for op in AclOperation}
+DENY_OPS_FOR: Mapping[AclOperation, frozenset[AclOperation]] = MappingProxyType({
+    op: frozenset({op, _Op.ALL}) for op in AclOperation
+})
 
 
-def _decide(data: "_Data", principal_key: str, host: str, action: Action) -> MatchingRule:
+def decide(data: "AuthorizerData", principal_key: str, host: str, action: Action) -> MatchingRule:
     """Decide one action.  Steps follow Kafka's ``StandardAuthorizerData``:
 
     0. The resource pattern must be LITERAL (the request layer only asks
@@ -144,7 +140,7 @@ def _decide(data: "_Data", principal_key: str, host: str, action: Action) -> Mat
        PREFIXED whose text starts the name, LITERAL ``*``.  Any candidate,
        whatever its principal/host/operation, means "the resource has ACLs".
     6. An ACL applies if its principal and host match and its operation
-       matches (``_ALLOW_OPS_FOR`` / ``_DENY_OPS_FOR``).
+       matches (``ALLOW_OPS_FOR`` / ``DENY_OPS_FOR``).
     7. The first applicable DENY decides (``MatchingAcl``); the ``*`` bucket
        is only visited when the name and prefix buckets held no DENY.
     8. Else an applicable ALLOW decides (the last one found, as Kafka reports
@@ -184,8 +180,8 @@ def _decide(data: "_Data", principal_key: str, host: str, action: Action) -> Mat
             )
             principals = (principal_key, WILDCARD_PRINCIPAL_KEY)
         hosts = (host, WILDCARD_HOST)
-        allow_ops = _ALLOW_OPS_FOR[op]
-        deny_ops = _DENY_OPS_FOR[op]
+        allow_ops = ALLOW_OPS_FOR[op]
+        deny_ops = DENY_OPS_FOR[op]
         has_acls = False
         allow: StandardAcl | None = None
         buckets = list(section.buckets_for(pattern.name))

@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import prometheus_client
 
 __all__ = [
+    "PreviewsConfigs",
     "StoreUnavailableError",
     "Action",
     "AuthorizationResult",
@@ -381,6 +382,15 @@ class Reconfigurable(abc.ABC):
     @abc.abstractmethod
     def reconfigure(self, configs: Mapping[str, Any]) -> None:
         """Apply ``configs`` (already validated) atomically."""
+
+
+@runtime_checkable
+class PreviewsConfigs(Protocol):
+    """A Reconfigurable authorizer that can say what it would decide under other configs (kgw
+    refuses a super.users change that would lock its own caller out)."""
+
+    def authorize_with_configs(self, configs: Mapping[str, Any], context: AuthorizableRequestContext,
+                               actions: Iterable[Action]) -> list[AuthorizationResult]: ...
 
 
 class Monitorable(abc.ABC):

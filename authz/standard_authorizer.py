@@ -3,15 +3,15 @@
 Theory of operation
 -------------------
 This class is a thin shell (config, lifecycle, ACL writes, metrics, audit);
-the decision rules are in ``_decide`` below and the ACL index is
-``authz.acl_index.AclIndex``.
+the decision rules are ``authz.acl_rules.decide``, with the implication table beside
+them, and the ACL index is ``authz.acl_index.AclIndex``.
 
 State.  Everything ``authorize`` reads — the immutable ``AclIndex``, the
 super users, ``allow.everyone.if.no.acl.found`` and the "initial load done"
-flag — lives in one immutable ``_Data`` object.  The authorizer holds one
+flag — lives in one immutable ``AuthorizerData`` object.  The authorizer holds one
 reference to it, replaced by a single assignment whenever ACLs or configs
 change; ``authorize`` reads the reference once per call, so a whole batch sees
-one snapshot and never a half-applied change.  ``_Data`` also carries two
+one snapshot and never a half-applied change.  ``AuthorizerData`` also carries two
 caches of *derived* values (decisions, by-type answers): they live and die
 with the snapshot, so a swap invalidates them without any bookkeeping.
 
@@ -79,8 +79,7 @@ from .authorizer import (
 )
 from .metrics import AuthorizerMetrics
 from .principal import parse_principal
-from authz.acl_rules import _ALLOW_OPS_FOR, _Op, _decide
-from authz.acl_rules import _ALLOWED, _DENIED, _Data
+from authz.acl_rules import AuthorizerData, decide
 
 _TOPIC = ResourceType.TOPIC
 
@@ -107,13 +106,8 @@ DEFAULT_DECISION_CACHE_SIZE = 100_000
 log = logging.getLogger(__name__)
 
 
-_ALLOW_OPS_FOR[_Op.DESCRIBE] = frozenset({_Op.DESCRIBE, _Op.READ, _Op.WRITE, _Op.DELETE, _Op.ALTER, _Op.ALL})
-
-
-_ALLOW_OPS_FOR[_Op.DESCRIBE_CONFIGS] = frozenset({_Op.DESCRIBE_CONFIGS, _Op.ALTER_CONFIGS, _Op.ALL})
-
-
-
+_ALLOWED = AuthorizationResult.ALLOWED
+_DENIED = AuthorizationResult.DENIED
 
 
 def _parse_super_users(value: Any) -> frozenset[str]:
@@ -190,7 +184,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
 
     def __init__(self, acl_writer: AclWriter | None = None, decision_cache_size: int = DEFAULT_DECISION_CACHE_SIZE) -> None:
         self.acl_writer = acl_writer
-        self._data = _Data(AclIndex.empty(), frozenset(), False, False, decision_cache_size)
+        self._data = AuthorizerData(AclIndex.empty(), frozenset(), False, False, decision_cache_size)
         self._initial_load = trio.Event()
         self._write_lock = trio.Lock()
         self._metrics: AuthorizerMetrics | None = None
@@ -277,7 +271,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
         suppressed: dict[tuple[str, str, bool], int] | None = None
         denied_topics: list[str] | None = None
         for action in actions:
-            rule = _decide(data, principal_key, host, action)
+            rule = decide(data, principal_key, host, action)
             result = rule.result
             results.append(result)
             if result is _ALLOWED:
@@ -458,7 +452,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
         data = self._data.copy_with(**changes)
         principal = context.principal
         key = f"{principal.principal_type}:{principal.name}"
-        return [_decide(data, key, context.host_address, action).result for action in actions]
+        return [decide(data, key, context.host_address, action).result for action in actions]
 
     def reconfigure(self, configs: Mapping[str, Any]) -> None:
         changes: dict[str, Any] = {}

@@ -35,7 +35,6 @@ from authz.authorizer import AuthorizableRequestContext, AuthorizerNotReadyError
 from authz.principal import ANONYMOUS
 from gateway.logs import fields
 from protocol.apis.api_versions import MalformedApiVersions, request_error
-from protocol.apis.api_versions import build_response as build_api_versions
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RefuseRequest, RequestInfo
 from protocol.apis.registry import REGISTRY
 from protocol.auth_helper import AuthHelper
@@ -305,14 +304,7 @@ class ConnectionCore:
 
     def _api_versions_body(self, version: int, advertised) -> bytes:
         """The ApiVersions answer for ``version``, built once per advertised table."""
-        gw = self.gw
-        if gw.api_versions_for is not advertised:  # a new table: the old answers are stale
-            gw.api_versions_for, gw.api_versions_bodies = advertised, {}
-        body = gw.api_versions_bodies.get(version)
-        if body is None:
-            body = gw.api_versions_bodies[version] = build_api_versions(
-                version, advertised, gw.cluster.api_versions_response)
-        return body
+        return self.gw.api_versions_answers.body(version, advertised, self.gw.cluster.api_versions_response)
 
     def _route(self, api_key: int, api_version: int, advertised) -> object:
         """What :meth:`dispatch_sync` needs of one API version: SLOW, or (spec, request

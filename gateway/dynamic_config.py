@@ -46,8 +46,8 @@ with ``[hidden]`` for sensitive values.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -56,9 +56,14 @@ from configs.broker_configs import AUDIT_LEVEL_CONFIG, LOG_LEVEL_CONFIG, BrokerC
 from configs.config_model import AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType, ConfigSource, ConfigType, InvalidConfig
 from configs.policies import RequestMetadata, load_policies, run_policies
 from authz.acl import MAX_RECORD_STRING_BYTES, AclOperation, PatternType, ResourcePattern, ResourceType
-from authz.authorizer import Action, AuthorizationResult, StoreUnavailableError
-from protocol.errors import INVALID_CONFIG, INVALID_REQUEST, POLICY_VIOLATION, REQUEST_TIMED_OUT
+from authz.authorizer import Action, AuthorizationResult, Authorizer, PreviewsConfigs, Reconfigurable, StoreUnavailableError
+from metadata.store import MetadataLogError
+from protocol.errors import INVALID_CONFIG, INVALID_REQUEST, POLICY_VIOLATION, REQUEST_TIMED_OUT, UNKNOWN_SERVER_ERROR
 from configs.config_model import AlterResult, ConfigChange
+
+if TYPE_CHECKING:
+    from configs.gateway_config import GatewayConfig
+    from metadata.image import MetadataImage
 
 __all__ = ["DynamicConfigManager", "INSTANCE_SCOPE"]
 
@@ -91,15 +96,46 @@ def _log4j_name(level: int) -> str:
     return "ALL"
 
 
+class ListenerLimit(Protocol):
+    """A listener, as its dynamic ``listener.name.<name>.max.connections`` config changes it."""
+
+    @property
+    def name(self) -> str: ...
+
+    max_connections: int
+
+
+class ConfigOwner(Protocol):
+    """What the dynamic configs read and change of the gateway that owns them
+    (``gateway.server.Gateway``; tests give plain objects)."""
+
+    @property
+    def config(self) -> GatewayConfig: ...
+
+    @property
+    def authorizer(self) -> Authorizer | None: ...
+
+    @property
+    def image(self) -> MetadataImage | None:
+        """None until the metadata log is loaded."""
+
+    @property
+    def listeners(self) -> Sequence[ListenerLimit]: ...
+
+    def advertised_node_ids(self) -> Collection[int]:
+        """The node ids this gateway advertises (each names its BROKER config resource)."""
+
+
 class DynamicConfigManager:
-    def __init__(self, gateway: Any, *, policies: Sequence[Any] | None = None) -> None:
-        self.gw = gateway
-        authorizer = getattr(gateway, "authorizer", None)
-        getter = getattr(authorizer, "reconfigurable_configs", None)
-        self.authorizer_keys: frozenset[str] = frozenset(getter()) if callable(getter) else frozenset()
-        self.model = BrokerConfigModel(gateway.config, self.authorizer_keys)
-        self.policies = list(policies) if policies is not None else load_policies(
-            getattr(gateway.config, "alter_configs_policy", None))
+    def __init__(self, owner: ConfigOwner, *, policies: Sequence[Any] | None = None) -> None:
+        self.gw = owner
+        authorizer = owner.authorizer
+        self._reconfigurable = authorizer if isinstance(authorizer, Reconfigurable) else None
+        self._preview = authorizer if isinstance(authorizer, PreviewsConfigs) else None
+        self.authorizer_keys: frozenset[str] = (frozenset(self._reconfigurable.reconfigurable_configs())
+                                                if self._reconfigurable is not None else frozenset())
+        self.model = BrokerConfigModel(owner.config, self.authorizer_keys)
+        self.policies = list(policies) if policies is not None else load_policies(owner.config.alter_configs_policy)
         self._lock = trio.Lock()
         self._loaded = False
         #: the effective configs last applied (refresh() applies what differs)
@@ -108,7 +144,7 @@ class DynamicConfigManager:
     # ------------------------------------------------------------------ overrides
 
     def overrides(self, scope: str) -> dict[str, str]:
-        image = getattr(self.gw, "image", None)
+        image = self.gw.image
         if image is None:
             return {}
         return {k: v for k, v in image.configs.get((_BROKER, scope), {}).items() if self._usable(k, v)}
@@ -131,7 +167,7 @@ class DynamicConfigManager:
     async def load(self) -> None:
         """Apply the overrides stored in the metadata image (call after ``image.load()``,
         before the listeners open).  Invalid or unknown stored entries are skipped with a warning."""
-        image = getattr(self.gw, "image", None)
+        image = self.gw.image
         if image is not None:
             for scope in ("", INSTANCE_SCOPE):
                 for name, value in image.configs.get((_BROKER, scope), {}).items():
@@ -151,7 +187,6 @@ class DynamicConfigManager:
         self._apply(effective, keys)
         self._applied = effective
         self._loaded = True
-        image = getattr(self.gw, "image", None)
         if image is not None:
             image.config_listeners.append(self._on_config_records)
         if keys:
@@ -187,7 +222,7 @@ class DynamicConfigManager:
         """None if ``name`` names this gateway ("" or an advertised node id), else the message."""
         if name == "":
             return None
-        nodes = sorted(getattr(getattr(self.gw, "cluster", None), "nodes", {}) or {})
+        nodes = sorted(self.gw.advertised_node_ids())
         try:
             node_id = int(name)
         except ValueError:
@@ -240,10 +275,15 @@ class DynamicConfigManager:
             records = [ConfigRecord(resource_type=_BROKER, resource_name=scope, name=k, value=new.get(k))
                        for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
             if records:
+                image = self.gw.image
+                if image is None:
+                    return AlterResult(REQUEST_TIMED_OUT, "The change was not stored: the metadata log is not loaded yet")
                 try:
-                    await self.gw.image.append(records)
+                    await image.append(records)
                 except StoreUnavailableError as e:
                     return AlterResult(REQUEST_TIMED_OUT, f"The change was not stored: {e}")
+                except MetadataLogError as e:  # a failed write (a full disk): said, never a dropped connection
+                    return AlterResult(UNKNOWN_SERVER_ERROR, f"The change was not stored: {e}")
             self.refresh()
             if records:
                 shown = ", ".join(
@@ -306,13 +346,11 @@ class DynamicConfigManager:
         return out
 
     def _validate_authorizer(self, effective: Mapping[str, str | None]) -> None:
-        authorizer = getattr(self.gw, "authorizer", None)
-        validate = getattr(authorizer, "validate_reconfiguration", None)
-        if not callable(validate):
+        if self._reconfigurable is None:
             return
         configs = self._authorizer_configs(effective)
         try:
-            validate(configs)
+            self._reconfigurable.validate_reconfiguration(configs)
         except Exception as e:  # noqa: BLE001 - ConfigError, ValueError ... all refuse the change
             if any(self.model.defs[k].sensitive for k in configs if k in self.model.defs):
                 raise InvalidConfig("The authorizer refused the new configuration") from None
@@ -322,13 +360,11 @@ class DynamicConfigManager:
         """A change to super.users or allow.everyone.if.no.acl.found that would leave its own
         caller unable to alter configs again (CLUSTER ALTER_CONFIGS) is refused: the value would
         be reapplied at every restart and nobody could undo it over the wire."""
-        authorizer = getattr(self.gw, "authorizer", None)
-        would = getattr(authorizer, "authorize_with_configs", None)
-        if context is None or not callable(would):
+        if context is None or self._preview is None:
             return
         action = Action(ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL),
                         AclOperation.ALTER_CONFIGS, 1, False, False)
-        (result,) = would(self._authorizer_configs(effective), context, [action])
+        (result,) = self._preview.authorize_with_configs(self._authorizer_configs(effective), context, [action])
         if result is not AuthorizationResult.ALLOWED:
             principal = context.principal
             raise InvalidConfig(
@@ -338,18 +374,18 @@ class DynamicConfigManager:
 
     def _apply(self, effective: Mapping[str, str | None], keys: Iterable[str]) -> None:
         keys = set(keys)
-        authorizer = getattr(self.gw, "authorizer", None)
-        if keys & self.authorizer_keys and callable(getattr(authorizer, "reconfigure", None)):
-            authorizer.reconfigure(self._authorizer_configs(effective))
+        if keys & self.authorizer_keys and self._reconfigurable is not None:
+            self._reconfigurable.reconfigure(self._authorizer_configs(effective))
         if AUDIT_LEVEL_CONFIG in keys:
             level = effective.get(AUDIT_LEVEL_CONFIG) or "INFO"
             logging.getLogger(AUDIT_LOGGER).setLevel(_py_level(level))
         if LOG_LEVEL_CONFIG in keys:
             logging.getLogger().setLevel(effective.get(LOG_LEVEL_CONFIG) or "INFO")
-        for listener in getattr(self.gw, "listeners", ()):
+        for listener in self.gw.listeners:
             key = listener_max_connections_key(listener.name)
-            if key in keys and effective.get(key) is not None:
-                listener.max_connections = int(effective[key])  # type: ignore[arg-type]
+            value = effective.get(key)
+            if key in keys and value is not None:
+                listener.max_connections = int(value)
 
     # ------------------------------------------------------------------ BROKER_LOGGER resources
 

@@ -31,7 +31,7 @@ from gateway.password_hashing import PasswordHashing
 from gateway.tls_reload import TlsCertificates
 from gateway.upstream import UpstreamCluster
 from gateway.upstream_queries import UpstreamQueries
-from protocol.apis.api_versions import VersionRange, advertised_versions
+from protocol.apis.api_versions import ApiVersionsAnswers, VersionRange, advertised_versions
 from protocol.apis.registry import LOCAL_KEYS, REGISTRY
 from authz.credentials import CredentialStore
 from protocol.topic_ids import TopicCache
@@ -61,6 +61,8 @@ class Gateway:
                                        security=up)
         #: kgw's own questions to the upstream before it decides for a client (Decision.then)
         self.upstream = UpstreamQueries(self.cluster)
+        #: held by each AlterUserScramCredentials while it reads the credentials and writes its change
+        self.scram_changes = trio.Lock()
         #: enforcement state that outlives one connection (regular-expression subscriptions,
         #: streams topologies); each user bounds its own entries
         self.enforcement_state: dict = {}
@@ -103,8 +105,7 @@ class Gateway:
         healthy.set_function(lambda: 0 if self.image is not None and self.image.store.broken else 1)
         self.metrics.registry.register(_HealthCounters(self))
         #: encoded ApiVersions answers per version, valid for the advertised table they were built from
-        self.api_versions_bodies: dict[int, bytes] = {}
-        self.api_versions_for = None
+        self.api_versions_answers = ApiVersionsAnswers()
         #: every open client connection (drain) and whether a drain has begun
         self.connections: set = set()
         self.draining = False
@@ -115,6 +116,10 @@ class Gateway:
         rate = config.limits.max_connection_creation_rate_per_ip
         #: new connections per client host and second, over all listeners (KIP-612), or None
         self.connection_rates_per_host = CreationRate(rate) if rate else None
+
+    def advertised_node_ids(self):
+        """The upstream node ids this gateway stands for (gateway.dynamic_config.ConfigOwner)."""
+        return self.cluster.nodes.keys()
 
     def connection_limit_of(self, host: str) -> int:
         """The connections client host ``host`` may hold (Kafka's max.connections.per.ip, with

@@ -48,7 +48,7 @@ import re2
 from authz.acl import AclOperation, ResourceType
 
 __all__ = ["MAX_MEMBERS", "REFRESH_MIN_INTERVAL_S", "InvalidRegex", "RegexMember", "RegexSubscriptions",
-           "compile_regex", "matching"]
+           "compile_regex"]
 
 #: Kafka's REGEX_BATCH_REFRESH_MIN_INTERVAL_MS: the least time between two resolutions
 REFRESH_MIN_INTERVAL_S = 10.0
@@ -65,43 +65,13 @@ class InvalidRegex(ValueError):
     """The expression does not compile (Kafka: INVALID_REGULAR_EXPRESSION)."""
 
 
-_compiled: OrderedDict[str, object] = OrderedDict()
-_matched: OrderedDict[tuple[str, int], tuple[str, ...]] = OrderedDict()
-_cache_lock = threading.Lock()
-
-
 def compile_regex(regex: str):
     """The compiled expression; :class:`InvalidRegex` with Kafka's message when it does not compile."""
-    with _cache_lock:
-        pattern = _compiled.get(regex)
-    if pattern is not None:
-        return pattern
     try:
-        pattern = re2.compile(regex, _OPTIONS)
+        return re2.compile(regex, _OPTIONS)
     except re2.error as e:
         reason = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
         raise InvalidRegex(f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {reason}.") from None
-    with _cache_lock:
-        _compiled[regex] = pattern
-        while len(_compiled) > _CACHE_MAX:
-            _compiled.popitem(last=False)
-    return pattern
-
-
-def matching(regex: str, names, listing_version: int) -> tuple[str, ...]:
-    """The names of a listing the whole expression matches, sorted (cached per listing)."""
-    key = (regex, listing_version)
-    with _cache_lock:
-        hit = _matched.get(key)
-    if hit is not None:
-        return hit
-    pattern = compile_regex(regex)
-    found = tuple(sorted(n for n in names if pattern.fullmatch(n) is not None))
-    with _cache_lock:
-        _matched[key] = found
-        while len(_matched) > _CACHE_MAX:
-            _matched.popitem(last=False)
-    return found
 
 
 def authorized(auth, matched: tuple[str, ...]) -> tuple[str, ...]:
@@ -134,6 +104,37 @@ class RegexSubscriptions:
         self.max_members = max_members
         self._members: OrderedDict[tuple[str, str], RegexMember] = OrderedDict()
         self._lock = threading.Lock()  # Trio and the data-plane thread both dispatch heartbeats
+        #: compiled expressions, and their matches per listing, kept for reuse (bounded)
+        self._compiled: OrderedDict[str, object] = OrderedDict()
+        self._matched: OrderedDict[tuple[str, int], tuple[str, ...]] = OrderedDict()
+
+    def compiled(self, regex: str):
+        """:func:`compile_regex`, remembered (the last :data:`_CACHE_MAX` expressions)."""
+        with self._lock:
+            pattern = self._compiled.get(regex)
+        if pattern is not None:
+            return pattern
+        pattern = compile_regex(regex)
+        with self._lock:
+            self._compiled[regex] = pattern
+            while len(self._compiled) > _CACHE_MAX:
+                self._compiled.popitem(last=False)
+        return pattern
+
+    def matching(self, regex: str, names, listing_version: int) -> tuple[str, ...]:
+        """The names of a listing the whole expression matches, sorted (remembered per listing)."""
+        key = (regex, listing_version)
+        with self._lock:
+            hit = self._matched.get(key)
+        if hit is not None:
+            return hit
+        pattern = self.compiled(regex)
+        found = tuple(sorted(n for n in names if pattern.fullmatch(n) is not None))
+        with self._lock:
+            self._matched[key] = found
+            while len(self._matched) > _CACHE_MAX:
+                self._matched.popitem(last=False)
+        return found
 
     @classmethod
     def of(cls, gateway_state: dict) -> RegexSubscriptions:

@@ -10,6 +10,7 @@ and tests implement with plain objects.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -114,3 +115,9 @@ class LocalServices(Protocol):
     @property
     def upstream(self) -> UpstreamQueries:
         """Questions kgw asks the upstream cluster on its own behalf (``Decision.then``)."""
+
+    @property
+    def scram_changes(self) -> AbstractAsyncContextManager[Any]:
+        """Held while an AlterUserScramCredentials reads the credentials and writes its change,
+        so two such requests never decide from the same state (the owner of the credentials
+        serialises them; a test may give ``contextlib.nullcontext()``)."""

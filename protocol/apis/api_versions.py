@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
@@ -31,7 +31,7 @@ from kio.static.primitive import i16
 from protocol.codecs import encode, response_class
 from protocol.headers import HeaderError, read_uvarint
 
-__all__ = ["KIO_VERSIONS", "MalformedApiVersions", "VersionRange", "advertised_versions", "build_response", "client_software",
+__all__ = ["KIO_VERSIONS", "ApiVersionsAnswers", "MalformedApiVersions", "VersionRange", "advertised_versions", "build_response", "client_software",
            "request_error", "API_VERSIONS"]
 
 API_VERSIONS = 18
@@ -189,3 +189,23 @@ def client_software(version: int, body: memoryview | bytes) -> tuple[str, str] |
     except (HeaderError, IndexError, UnicodeDecodeError):
         return None
     return parts[0], parts[1]
+
+
+class ApiVersionsAnswers:
+    """The encoded ApiVersions answers of one gateway, per request version, for the advertised
+    table they were built from (a new table makes them stale).  Both dispatching threads read
+    it; a race builds the same bytes twice, never wrong ones."""
+
+    def __init__(self) -> None:
+        self._table: object = None
+        self._bodies: dict[int, bytes] = {}
+
+    def body(self, version: int, advertised: Mapping[int, VersionRange], upstream_response: Any) -> bytes:
+        bodies = self._bodies
+        if self._table is not advertised:
+            bodies = {}
+            self._table, self._bodies = advertised, bodies
+        body = bodies.get(version)
+        if body is None:
+            body = bodies[version] = build_response(version, advertised, upstream_response)
+        return body

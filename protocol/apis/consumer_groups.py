@@ -18,7 +18,7 @@ from protocol.errors import (
 from protocol.headers import RequestHeader
 from protocol.apis.group_common import GROUP, READ, _any_topic_denied, _describe_family, _request_body, _respond
 from protocol.regex_subscriptions import (REFRESH_MIN_INTERVAL_S, InvalidRegex, RegexMember, RegexSubscriptions,
-                                          authorized, compile_regex, matching)
+                                          authorized)
 
 __all__ = ["SPECS"]
 
@@ -83,7 +83,7 @@ def _regex_subscription(auth: AuthHelper, version: int, request) -> Decision:
         explicit = tuple(names) if names is not None else known.explicit
         return Decision(request=_request_body(replace(request, subscribed_topic_names=explicit)))
     try:
-        compile_regex(regex)
+        table.compiled(regex)
     except InvalidRegex as e:
         return _respond(68, version, error_code=INVALID_REGULAR_EXPRESSION, error_message=str(e))
     if names is not None:
@@ -99,9 +99,10 @@ def _resolver(auth: AuthHelper, request, regex: str, explicit: tuple[str, ...], 
 
     async def then(services) -> Decision:
         listing = await services.upstream.topic_names(REFRESH_MIN_INTERVAL_S)
-        resolved = authorized(auth, matching(regex, listing.names, listing.version))
+        table = RegexSubscriptions.of(auth.gateway_state)
+        resolved = authorized(auth, table.matching(regex, listing.names, listing.version))
         forwarded = tuple(sorted({*explicit, *resolved}))
-        RegexSubscriptions.of(auth.gateway_state).put(request.group_id, request.member_id, RegexMember(
+        table.put(request.group_id, request.member_id, RegexMember(
             regex, explicit, forwarded, listing.version, listing.fetched_at))
         if (last is not None and forwarded == last and request.subscribed_topic_names is None
                 and request.subscribed_topic_regex is None):

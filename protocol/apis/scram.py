@@ -52,18 +52,17 @@ With no authorizer configured every check passes (as on a broker without
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-import trio
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
 from authz.acl import AclOperation
 from authz.authorizer import StoreUnavailableError
 from metadata.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
+from metadata.store import MetadataLogError
 from authz.credentials import ScramCredential
 from protocol.apis.base import ApiSpec, RequestInfo
 from protocol.apis.generic import inspect_decoded
@@ -104,19 +103,6 @@ def _all_credentials(gw: LocalServices) -> dict[str, dict[int, int]]:
     for (name, code), record in image_scram(gw.image).items():
         out.setdefault(name, {}).setdefault(code, record.iterations)
     return out
-
-
-_alter_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _alter_lock(gw: LocalServices) -> trio.Lock:
-    try:
-        lock = _alter_locks.get(gw)
-        if lock is None:
-            lock = _alter_locks[gw] = trio.Lock()
-        return lock
-    except TypeError:  # not weak-referenceable (a test double): no serialisation needed
-        return trio.Lock()
 
 
 # --------------------------------------------------------------------------- DescribeUserScramCredentials
@@ -202,7 +188,7 @@ async def _alter(gw: LocalServices, auth: AuthHelper, header: RequestHeader, inf
         else:
             upsertions[u.name] = u
 
-    async with _alter_lock(gw):
+    async with gw.scram_changes:
         image = gw.image
         static = _static_scram(gw)
         dynamic = image_scram(image)
@@ -239,6 +225,10 @@ async def _alter(gw: LocalServices, auth: AuthHelper, header: RequestHeader, inf
                 except StoreUnavailableError as e:  # retriable; the batch is applied whole or not at all
                     for r in records:
                         errors[r.name] = (ErrorCode.request_timed_out, f"The change was not stored: {e}")
+                    records = []
+                except MetadataLogError as e:  # a failed write (a full disk): said, not a dropped connection
+                    for r in records:
+                        errors[r.name] = (ErrorCode.unknown_server_error, f"The change was not stored: {e}")
                     records = []
             if records:
                 principal = getattr(getattr(auth, "context", None), "principal", None)

@@ -748,3 +748,26 @@ async def test_create_acls_refuses_names_a_metadata_record_cannot_hold():
     results = await a.create_acls(None, [acl(long_name), acl("fine")])
     assert results[0].error_code == 42 and "resource name is 40000 UTF-8 bytes" in results[0].message
     assert results[1].error_code == 0
+
+
+def test_the_implication_table_is_data_stated_once_and_immutable():
+    """Kafka's implications (READ, WRITE, DELETE, ALTER imply DESCRIBE; ALTER_CONFIGS implies
+    DESCRIBE_CONFIGS) live in authz.acl_rules, whole on import, and cannot be patched."""
+    import subprocess
+    import sys
+
+    from authz.acl_rules import ALLOW_OPS_FOR, DENY_OPS_FOR, IMPLIED_BY
+
+    op = Op
+    assert dict(IMPLIED_BY) == {op.DESCRIBE: {op.READ, op.WRITE, op.DELETE, op.ALTER},
+                                op.DESCRIBE_CONFIGS: {op.ALTER_CONFIGS}}
+    assert ALLOW_OPS_FOR[op.DESCRIBE] == {op.DESCRIBE, op.ALL, op.READ, op.WRITE, op.DELETE, op.ALTER}
+    assert ALLOW_OPS_FOR[op.CREATE] == {op.CREATE, op.ALL}
+    assert all(DENY_OPS_FOR[o] == {o, op.ALL} for o in op)
+    for table in (IMPLIED_BY, ALLOW_OPS_FOR, DENY_OPS_FOR):
+        with pytest.raises(TypeError):
+            table[op.DESCRIBE] = frozenset()  # type: ignore[index]
+    # the rules alone, without the authorizer module ever imported, already imply
+    code = ("import sys; from authz.acl_rules import ALLOW_OPS_FOR as A; from authz.acl import AclOperation as O; "
+            "assert 'authz.standard_authorizer' not in sys.modules; assert O.ALTER_CONFIGS in A[O.DESCRIBE_CONFIGS]")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
-from kio.static.primitive import i8
+from kio.static.primitive import i8, i32
 
 import gateway.server as server_module
 from metadata.directory import DirectoryMetadataStore
@@ -25,6 +25,21 @@ def _create_acl(topic: str):
     creation = cls.__dataclass_fields__["creations"].type.__args__[0]
     return cls(creations=(creation(resource_type=i8(2), resource_name=topic, resource_pattern_type=i8(3),
                                    principal="User:health", host="*", operation=i8(3), permission_type=i8(3)),))
+
+
+def _set_log_level(level: str):
+    cls = request_class(44, 1)
+    resource = cls.__dataclass_fields__["resources"].type.__args__[0]
+    config = resource.__dataclass_fields__["configs"].type.__args__[0]
+    return cls(resources=(resource(resource_type=i8(4), resource_name="", configs=(
+        config(name="log.level", config_operation=i8(0), value=level),)),), validate_only=False)
+
+
+def _scram_upsert(user: str):
+    cls = request_class(51, 0)
+    upsertion = cls.__dataclass_fields__["upsertions"].type.__args__[0]
+    return cls(deletions=(), upsertions=(upsertion(name=user, mechanism=i8(1), iterations=i32(4096), salt=b"s" * 16,
+                                                   salted_password=b"p" * 32),))
 
 
 async def _create(client: RawClient, correlation_id: int, topic: str) -> tuple[int, str | None]:
@@ -54,6 +69,13 @@ async def test_a_full_metadata_disk_is_reported_and_writes_resume_when_room_retu
     assert healthy() == 0
     code, message = await _create(client, 3, "health-2")  # every change fails meanwhile, naming the cause
     assert code == -1 and "takes no writes since a write failed" in message and "No space left" in message
+    # configs and SCRAM users share the path: told it failed, and the connection goes on
+    await client.send(44, 1, 5, _set_log_level("DEBUG"))
+    (resource,) = (await client.receive(44, 1))[1].responses
+    assert int(resource.error_code) == -1 and "No space left" in resource.error_message
+    await client.send(51, 0, 6, _scram_upsert("health-user"))
+    (result,) = (await client.receive(51, 0))[1].results
+    assert int(result.error_code) == -1 and "No space left" in result.error_message
 
     disk.capacity = None  # the operator made room: no restart
     with trio.fail_after(10):

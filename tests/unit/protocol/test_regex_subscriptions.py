@@ -21,7 +21,7 @@ from protocol.auth_helper import AuthHelper
 from protocol.codecs import decode_request, decode_response
 from protocol.headers import parse_request_header
 from protocol import regex_subscriptions
-from protocol.regex_subscriptions import RegexSubscriptions, compile_regex, InvalidRegex
+from protocol.regex_subscriptions import InvalidRegex, RegexSubscriptions, compile_regex
 from tests.support.fake_services import FakeServices, FakeUpstream, settle
 from tests.unit.protocol.test_groups_enforcement import acl, authorizer, frame_of, req
 

@@ -15,6 +15,7 @@ import ipaddress
 from types import SimpleNamespace
 
 import pytest
+import trio
 from kio.schema.errors import ErrorCode
 
 from authz.authorizer import AuthorizableRequestContext, AuthorizationResult
@@ -67,7 +68,7 @@ async def gw(tmp_path):
     image = MetadataImage(store, None)
     await image.load()
     yield SimpleNamespace(config=SimpleNamespace(users=YAML_USERS), image=image, authorizer=None, path=tmp_path / "meta",
-                          static_scram=CredentialStore.of(YAML_USERS).scram)
+                          static_scram=CredentialStore.of(YAML_USERS).scram, scram_changes=trio.Lock())
     await store.aclose()
 
 
@@ -161,7 +162,8 @@ async def test_records_survive_a_restart(gw, tmp_path) -> None:
     await image.load()
     try:
         assert set(image.scram) == {("erin", 2)}
-        reloaded = SimpleNamespace(config=gw.config, image=image, static_scram=gw.static_scram)
+        reloaded = SimpleNamespace(config=gw.config, image=image, static_scram=gw.static_scram,
+                                   scram_changes=trio.Lock())
         assert str(login(reloaded, "erin", "pw", "SCRAM-SHA-512")) == "User:erin"
         assert login(reloaded, "frank", "pw") is None
         from metadata.directory import read_log_state
@@ -320,3 +322,19 @@ async def test_real_metadata_image_keeps_scram_records(tmp_path) -> None:
         assert set(again.scram) == {("u", 1)}
     finally:
         await store.aclose()
+
+
+async def test_two_deletions_of_one_credential_at_once_are_decided_one_after_the_other(gw) -> None:
+    """Each AlterUserScramCredentials decides from the state the one before it wrote: of two
+    deletions of the same credential at once, one succeeds and the other finds nothing to
+    delete (the services' ``scram_changes`` serialises them; protocol/ holds no lock of its own)."""
+    await alter(gw, upsertions=[upsertion("hugo", "pw")])
+    outcomes = []
+
+    async def delete() -> None:
+        outcomes.append(results(await alter(gw, deletions=[deletion("hugo", 1)]))[0][1])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(delete)
+        nursery.start_soon(delete)
+    assert sorted(outcomes) == [0, 91]  # NONE, RESOURCE_NOT_FOUND
