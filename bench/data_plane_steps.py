@@ -10,7 +10,7 @@ through it, and prints the median time per request of each step:
 
 * ``client event``: the client socket became readable → the request was read,
   dispatched and written upstream;
-* ``dispatch``: ``ClientConnection.dispatch_sync`` (header, route, inspect/peek,
+* ``dispatch``: ``ConnectionCore.dispatch`` (header, route, inspect/peek,
   enforcement, slot);
 * ``upstream event``: the upstream socket became readable → the response was
   read, completed and written to the client;
@@ -56,7 +56,7 @@ def serve(config: str, out: str) -> int:
     timed(data_plane.DataPlane, "_client_event", "client event")
     timed(data_plane.DataPlane, "_upstream_event", "upstream event")
     timed(data_plane.DataPlane, "_write", "write")
-    timed(connection_core.ConnectionCore, "dispatch_sync", "dispatch")
+    timed(connection_core.ConnectionCore, "dispatch", "dispatch")
     timed(connection_core.ConnectionCore, "_complete", "complete")
     try:
         return cli.main(["run", "--config", config])

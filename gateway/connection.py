@@ -1,116 +1,60 @@
-"""One client connection: read requests, forward or answer them, return responses in order.
+"""The Trio driver of one client connection: it moves bytes and performs what the core asks.
 
-Theory of operation
--------------------
-Each accepted socket gets one :class:`ClientConnection` and one nursery.  The
-connection is routed to exactly one upstream broker: the bootstrap servers for
-a listener's bootstrap port, node N for the port that stands for node N.  The
-upstream connection is opened lazily, on the first request that must be
-forwarded, and dies with the client connection.
+Each accepted socket gets one :class:`ClientConnection` and one nursery, routed to one
+upstream broker (the bootstrap servers for a listener's bootstrap port, node N for the port
+that stands for node N), whose connection is opened on the first request to forward.  The
+*client reader* (:meth:`ClientConnection.run`) frames requests and hands each to the core's
+one dispatcher (:meth:`~gateway.connection_core.ConnectionCore.dispatch`), performing the
+:class:`~gateway.connection_core.Await` it may return (:meth:`ClientConnection.perform`);
+the *upstream reader* frames responses and lets the core complete them.  Responses leave
+from the head of ``pending`` only (:meth:`_flush`, one sender at a time), so in request
+order, local answers included.
 
-Tasks in the nursery:
-
-* the *client reader* (the body of :meth:`ClientConnection.run`) frames the
-  incoming bytes, parses each header, asks the API's spec to inspect the
-  request, and either answers it locally or forwards the frame bytes as they
-  came (correlation ids are unchanged: the upstream connection is ours alone);
-* the *upstream reader* frames upstream responses, pairs each with the oldest
-  request in flight (a broker answers in order), rewrites it if the API says so,
-  and completes its slot.
-
-Data plane: when the upstream connection opens and both sockets are plain TCP,
-the client reader returns and :meth:`_serve_in_data_plane` hands the
-connection to :mod:`gateway.data_plane` (one epoll thread for all such
-connections), which calls :meth:`dispatch_sync` and :meth:`_complete` itself;
-the Trio task then only runs the requests that need ``await`` (the lane pauses
-meanwhile, and ``_flush``/``_send_upstream`` leave the I/O to it) and closes the
-sockets when the lane ends.  Slot deadlines use ``time.monotonic()`` because
-that thread cannot read Trio's clock.
-
-Ordering: every request that expects a response gets a :class:`Slot` appended
-to ``pending`` in arrival order, whether kgw answers it or the upstream does.
-:meth:`_flush` sends completed slots from the head only, so responses leave in
-request order even when a locally answered request overtakes upstream ones.
-Only one task sends to the client at a time (``_sending``); a second caller
-returns at once and the active sender picks its slot up.
-
-Failure containment: any protocol error, upstream failure or timeout raises
-:class:`CloseConnection`, which is logged once with the connection's fields and
-ends this connection only.  Every upstream request has a deadline (the
-gateway's request timeout plus the time the broker may hold it on purpose, such
-as a Fetch max wait); past it the client connection is closed, never left hanging.
+When the upstream opens and both sockets are plain TCP, the connection moves to the data
+plane (:mod:`gateway.connection_handoff`); the Trio task then only performs what the lane
+cannot and closes the sockets at the end.  Any failure is a :class:`CloseConnection`,
+logged once and ending this connection only; every forwarded request has a deadline.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import socket
-import struct
 import time
-
 
 import trio
 
-from protocol.apis.api_versions import client_software
-from protocol.apis.base import ApiSpec, Decision, RefuseRequest, RequestInfo
-from protocol.apis.registry import REGISTRY
+from protocol.apis.base import ApiSpec, RefuseRequest
 from protocol.framing import NEED_DATA, FrameDecoder
-from protocol.headers import HeaderError, RequestHeader, parse_request_header
+from protocol.headers import RequestHeader
 from gateway.authentication import AuthenticationFailed
-from gateway.fast_io import FastStream, fast_stream
-from gateway.sasl import SaslStateError
+from gateway.fast_io import discard_until_closed, fast_stream, half_close, receive, trio_deadline
 from gateway.tls import release_tls_stream
-from gateway.upstream import UpstreamUnavailable, open_upstream
-from gateway.connection_core import CloseConnection, ConnectionCore, SLOW, Slot, SASL_KEYS, next_request
-from gateway.connection_handoff import DataPlaneHandoff
-from gateway.connection_sasl import SaslSteps
+from gateway.upstream import UpstreamUnavailable
+from gateway.upstream_queries import settle
+from gateway.connection_core import (
+    Await, CloseConnection, ConnectionCore, NeedLocalAnswer, NeedLogin, NeedRawToken, NeedSpace, NeedUpstream,
+    NeedUpstreamAnswer, NeedVersions, NeedWorker, Slot, next_request,
+)
+from gateway.connection_handoff import serve_in_data_plane
+from gateway.connection_upstream import UpstreamSide
+from gateway import connection_sasl
 
-__all__ = ["ClientConnection", "CloseConnection", "SLOW"]
+__all__ = ["ClientConnection", "CloseConnection"]
 
 log = logging.getLogger("kgw.connection")
-_I32 = struct.Struct(">i")
-_RECV = 256 * 1024
 #: how long a refused login's connection waits for the client to close first
 _LINGER_AFTER_REFUSAL_S = 1.0
-_RECV_INTO_MIN = 64 * 1024
-_MAX_RESPONSE = (1 << 31) - 1
 
 
-async def _receive(stream: trio.SocketStream, decoder: FrameDecoder) -> bytes | memoryview:
-    """Read the next bytes into ``decoder``; returns what was read (empty at EOF).
-
-    While a large frame is being assembled, bytes are received straight into
-    its buffer (``recv_into``), so a multi-megabyte Produce request or Fetch
-    response is copied once, from the kernel, instead of chunk by chunk.
-    """
-    space = decoder.partial_space()
-    if space is not None and len(space) >= _RECV_INTO_MIN and isinstance(stream, FastStream):
-        n = await stream.receive_into(space)
-        decoder.partial_filled(n)
-        return space[:n]
-    data = await stream.receive_some(_RECV)
-    if data:
-        decoder.receive_data(data)
-    return data
-
-
-def _trio_deadline(monotonic_deadline: float) -> float:
-    """A ``time.monotonic()`` deadline on Trio's clock (slot deadlines use the former:
-    the data-plane thread cannot read Trio's clock)."""
-    if monotonic_deadline == math.inf:
-        return math.inf
-    return trio.current_time() + (monotonic_deadline - time.monotonic())
-
-
-class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
+class ClientConnection(ConnectionCore):
     """The Trio driver of one client connection (see the module doc)."""
 
     def __init__(self, listener, stream: trio.SocketStream, peer: tuple[str, int], node_id: int | None):
         super().__init__(listener, stream, peer, node_id)
         self._sending = False
         self._space = trio.Event()
-        self._upstream_scope: trio.CancelScope | None = None
+        #: the connection to the upstream broker, its reader and its deadline
+        self.upstream_side = UpstreamSide()
         self._nursery: trio.Nursery | None = None
         self._read_scope: trio.CancelScope | None = None
         self._answered: trio.Event | None = None  # set by _flush while draining
@@ -120,7 +64,7 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
         if self.gw.draining:
             return  # accepted just as the gateway began to stop
         try:
-            with trio.fail_at(_trio_deadline(self._auth_deadline)):
+            with trio.fail_at(trio_deadline(self._auth_deadline)):
                 self.stream, self.auth = await self.listener.security.accept(self.stream, self.peer[0])
         except AuthenticationFailed:
             return  # logged and counted by the listener's security
@@ -139,7 +83,7 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
                 try:
                     decoder = await self._read_client()
                     if decoder is not None:
-                        await self._serve_in_data_plane(decoder)
+                        await serve_in_data_plane(self, decoder)
                 finally:
                     # Cancel the upstream reader from here, before an exception leaves this
                     # block: cancelled later by the nursery itself, its Cancelled's traceback
@@ -147,10 +91,12 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
                     # keeping the connection until a full collection).
                     nursery.cancel_scope.cancel()
             if self.draining:
-                await self._half_close()
+                await half_close(self.stream)
         except* CloseConnection as group:
             if self._closing(group.exceptions):
-                await self._let_client_close_first()
+                # after a refused login: the client reads the answer and closes first (kafka-python
+                # drops an answer it reads together with the end of the stream); nothing more is read
+                await discard_until_closed(self.stream, _LINGER_AFTER_REFUSAL_S)
         except* (trio.BrokenResourceError, trio.ClosedResourceError):
             log.debug("client connection broken", extra=self.log_fields())
         finally:
@@ -169,8 +115,6 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
         return any(reason.answered for reason in reasons)
 
     # ----------------------------------------------------------- client side
-
-
     def begin_drain(self) -> None:
         """The gateway is stopping: read no new request; once every request read so far is
         answered the connection closes (on the data plane, the lane does the same)."""
@@ -179,34 +123,6 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
             self.gw.data_plane.drain(self.lane)
         elif self._read_scope is not None:
             self._read_scope.cancel()
-
-    async def _half_close(self) -> None:
-        """Drained: end our side (FIN) and discard what the client still sends until it closes
-        (at most a second), so the answers already sent are not lost to a reset, as they would
-        be if the socket were closed with unread requests in it."""
-        raw = getattr(getattr(self.stream, "stream", self.stream), "socket", None)
-        if raw is None:  # TLS: the close_notify of aclose() ends the stream
-            return
-        try:
-            raw.shutdown(socket.SHUT_WR)
-            with trio.move_on_after(1.0):
-                while await self.stream.receive_some(_RECV):
-                    pass
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-
-    async def _let_client_close_first(self) -> None:
-        """After a refused login (answered): give the client up to a second to read the refusal
-        and close first, discarding whatever it sends.  Closing at once puts the end of the
-        stream right behind the answer, and kafka-python 3.0 drops an answer it reads together
-        with the end of the stream: it reported "socket disconnected" instead of the SASL error
-        (seen in CI).  Nothing more is read as a request; the wait holds no thread."""
-        with trio.move_on_after(_LINGER_AFTER_REFUSAL_S):
-            try:
-                while await self.stream.receive_some(_RECV):
-                    pass
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                pass
 
     async def _until_answered(self) -> None:
         """Draining on Trio: send what was accepted for the upstream, wait for every answer."""
@@ -226,9 +142,9 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
             if self.draining:
                 await self._until_answered()
                 return None
-            with trio.move_on_at(_trio_deadline(self._read_deadline())) as timer:
+            with trio.move_on_at(trio_deadline(self._read_deadline())) as timer:
                 self._read_scope = timer
-                data = await _receive(self.stream, decoder)
+                data = await receive(self.stream, decoder)
             self._read_scope = None
             if timer.cancelled_caught:
                 if not self.draining:
@@ -252,126 +168,54 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
                 to_upstream.clear()
 
     async def _on_request(self, frame: memoryview, to_upstream: list[memoryview]) -> None:
-        outcome = self.dispatch_sync(frame, to_upstream)
-        if outcome is SLOW:
-            await self._on_request_slow(frame, to_upstream)
-        elif outcome:
+        outcome = self.dispatch(frame, to_upstream)
+        if outcome is True:
             await self._flush()
+        elif outcome is not False:
+            await self.perform(outcome, to_upstream)
 
-    async def _on_request_slow(self, frame: memoryview, to_upstream: list[memoryview]) -> None:
-        awaiting = self.take_awaiting(frame)
-        if awaiting is not None:  # enforced by dispatch_sync; its decision asks the upstream first
-            _frame, header, spec, info, body, decision = awaiting
-            await self._apply_decision(header, spec, info, body, frame, decision, to_upstream)
-            return
-        body = frame[4:]
-        session = self.auth.session
-        if session is not None and session.expects_raw_token:
-            await self._raw_sasl_token(session, bytes(body))
-            return
-        try:
-            header = parse_request_header(body)
-        except HeaderError as e:
-            raise CloseConnection(f"unparseable request header: {e}", "header") from None
-        self.client_id = header.client_id
-        spec = REGISTRY.get(header.api_key)
-        if spec is None:
-            raise CloseConnection(f"unknown api key {header.api_key}", "unknown_api")
-        self.metrics.request(self.listener_name, spec.name).inc()
-        if session is not None and not session.authenticated:
-            try:
-                session.gate(header.api_key)
-            except SaslStateError as e:
-                raise CloseConnection(f"request before SASL authentication completed: {e}", "unauthenticated") from None
-        if header.api_key in SASL_KEYS:
-            await self._sasl(session, header, spec, body)
-            return
-        if header.api_key == 18:
-            if session is not None and not session.authenticated:  # named in authentication failures
-                session.client_software = client_software(header.api_version, body[header.size:])
-            # ApiVersions is answered even for versions kgw does not know (KIP-511).
-            await self._answer_api_versions(header, spec, body)
-            return
-        advertised = self.gw.advertised_cached or await self._advertised()
-        allowed = advertised.get(header.api_key)
-        if allowed is None or not allowed.min <= header.api_version <= allowed.max:
-            raise self._unsupported(spec, header, allowed)
-        auth = self._auth_helper(header)
-        if not spec.answered_locally and self._is_large(frame):
-            # the whole inspection and authorization of a large request on a worker thread
-            info, decision = await trio.to_thread.run_sync(
-                self._inspect_and_enforce, spec, header, body, auth, limiter=self.gw.heavy_work_limiter)
-            await self._apply_decision(header, spec, info, body, frame, decision, to_upstream)
-            return
-        if self._is_large(frame):
-            info = await trio.to_thread.run_sync(self._inspected, spec, spec.inspect, header, body,
-                                                 limiter=self.gw.heavy_work_limiter)
-        else:
-            info = self._inspected(spec, spec.inspect, header, body)
-        if spec.answered_locally:
-            if to_upstream:  # earlier requests must not wait behind a slow local answer
-                await self._send_upstream(to_upstream)
-                to_upstream.clear()
-            try:
-                answer = await spec.answer(self.gw, auth, header, info)
-            except RefuseRequest as e:
-                raise CloseConnection(f"{spec.name} refused: {e}", "refused") from None
-            except (TypeError, AttributeError) as e:  # a null where the schema has none: see _enforce
-                raise CloseConnection(f"malformed {spec.name} v{header.api_version} request: "
-                                      f"{type(e).__name__}: {e}", "decode") from None
-            if not isinstance(answer, Decision):
-                await self._answer_locally(header, spec, answer)
+    async def perform(self, step: Await, to_upstream: list) -> None:
+        """Do what the core asked for (:class:`~gateway.connection_core.Await`) and hand it the
+        result, until the request is forwarded or answered.  I/O only: every decision is the
+        core's.  Also runs a data-plane lane's awaits (gateway/connection_handoff.py)."""
+        outcome: bool | Await = step
+        while isinstance(outcome, Await):
+            step = outcome
+            if isinstance(step, NeedLogin):
+                await connection_sasl.login(self, step.session, step.header, step.spec, step.body)
                 return
-            decision = answer  # part answered here, part forwarded (e.g. config APIs)
-        else:
-            decision = self._enforce(spec, auth, header, body, info)
-        await self._apply_decision(header, spec, info, body, frame, decision, to_upstream)
-
-
-    async def _apply_decision(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, body: memoryview,
-                              frame: memoryview, decision: Decision, to_upstream: list) -> None:
-        if decision.then is not None:
-            if to_upstream:  # earlier requests must not wait behind the question to the upstream
-                await self._send_upstream(to_upstream)
+            if isinstance(step, NeedRawToken):
+                await connection_sasl.raw_token(self, step.session, step.token)
+                return
+            if isinstance(step, (NeedUpstream, NeedLocalAnswer, NeedUpstreamAnswer)) and to_upstream:
+                await self._send_upstream(to_upstream)  # earlier requests must not wait behind this one
                 to_upstream.clear()
-            decision = await self._settled(spec, header, decision)
-        if decision.close is not None:
-            raise CloseConnection(decision.close, "denied")
-        if decision.respond is not None:
-            await self._answer_locally(header, spec, decision.respond)
-            return
-        large = self._is_large(frame)
-        if decision.request is not None:
-            frame = self._rebuilt(body, header, decision.request)
-        await self._forward(header, spec, info, frame, to_upstream, decision.merge, large)
-
-    async def _settled(self, spec: ApiSpec, header: RequestHeader, decision: Decision) -> Decision:
-        """Ask the upstream what ``decision.then`` needs and return the decision it makes.  No
-        answer in time, or none at all, closes the connection: nothing is forwarded on a guess."""
-        try:
-            with trio.fail_after(self._request_timeout_s):
-                decided = await decision.then(self.gw)
-        except trio.TooSlowError:
-            raise CloseConnection(f"{spec.name}: the upstream did not answer kgw's own question within "
-                                  f"{self._request_timeout_s:g}s; nothing forwarded", "upstream") from None
-        except UpstreamUnavailable as e:
-            raise CloseConnection(f"{spec.name}: {e}; nothing forwarded", "upstream") from None
-        except RefuseRequest as e:
-            raise CloseConnection(f"{spec.name} refused: {e}", "refused") from None
-        if decided.then is not None:
-            raise RuntimeError(f"{spec.name}: a decision made after asking the upstream asks again")
-        return decided
+            if isinstance(step, NeedVersions):
+                result = await self._advertised()
+            elif isinstance(step, NeedWorker):
+                result = await trio.to_thread.run_sync(step.job, limiter=self.gw.heavy_work_limiter)
+            elif isinstance(step, NeedLocalAnswer):
+                try:
+                    result = await step.spec.answer(self.gw, step.auth, step.header, step.info)
+                except (RefuseRequest, TypeError, AttributeError) as e:
+                    raise self.answer_refused(step.spec, step.header, e) from None
+            elif isinstance(step, NeedUpstreamAnswer):
+                result = await settle(step.question, self.gw, self._request_timeout_s, step.spec.name)
+            elif isinstance(step, NeedSpace):
+                result = await self._wait_for_space()
+            elif isinstance(step, NeedUpstream):
+                result = await self._connect_upstream()
+            else:
+                raise RuntimeError(f"the connection core asked for {type(step).__name__}, which no driver performs")
+            outcome = step.then(result, to_upstream)
+        if outcome:
+            await self._flush()
 
     async def _advertised(self):
         try:
             return await self.gw.advertised_versions()
         except UpstreamUnavailable as e:
             raise CloseConnection(str(e), "upstream") from None
-
-    async def _answer_api_versions(self, header: RequestHeader, spec: ApiSpec, body: memoryview) -> None:
-        advertised = await self._advertised()
-        await self._answer_locally(header, spec, self.api_versions_answer(header, body, advertised))
-
 
     async def _answer_locally(self, header: RequestHeader, spec: ApiSpec, body: bytes) -> None:
         await self._wait_for_space()
@@ -401,86 +245,21 @@ class ClientConnection(DataPlaneHandoff, SaslSteps, ConnectionCore):
             await self._space.wait()
 
     # ---------------------------------------------------------- upstream side
-    async def _forward(
-        self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, frame: memoryview, to_upstream: list,
-        merge=None, large: bool = False,
-    ) -> None:
-        if self._upstream is None:
-            if to_upstream:
-                await self._send_upstream(to_upstream)
-                to_upstream.clear()
-            await self._connect_upstream()
-        if info.expects_response:
-            await self._wait_for_space()
-            self._track(header, spec, info, merge).large = large and merge is not None
-        to_upstream.append(frame)
-
-
     def _on_first_in_flight(self, slot: Slot) -> None:
-        if self._upstream_scope is not None:
-            self._upstream_scope.deadline = _trio_deadline(slot.deadline)
+        self.upstream_side.deadline_changed(slot)
 
     async def _send_upstream(self, frames: list[memoryview]) -> None:
-        if self.on_data_plane:  # a slow request on the data plane: the lane sends when it resumes
+        if self.on_data_plane:  # on the data plane the lane sends, when it resumes
             self._lane_upstream.extend(frames)
-            return
-        assert self._upstream is not None
-        data = frames[0] if len(frames) == 1 else b"".join(frames)
-        try:
-            await self._upstream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
-            raise CloseConnection(f"upstream connection lost while sending: {e}", "upstream") from None
+        else:
+            assert self._upstream is not None
+            await self.upstream_side.send(self._upstream, frames)
 
     async def _connect_upstream(self) -> None:
-        cluster = self.gw.cluster
-        try:
-            if self.node_id is None:
-                stream = await cluster.connect_bootstrap()
-            else:
-                node = cluster.nodes.get(self.node_id)
-                if node is None:
-                    raise UpstreamUnavailable(f"upstream broker {self.node_id} is unknown")
-                stream = await open_upstream(node.host, node.port, cluster.connect_timeout_s, cluster.security)
-        except UpstreamUnavailable as e:
-            raise CloseConnection(str(e), "upstream") from None
-        self._upstream = stream = fast_stream(stream)
-        if (self.gw.data_plane is not None and isinstance(stream, FastStream) and isinstance(self.stream, FastStream)
-                and not self.on_data_plane):
-            self._handoff = True  # _read_client returns after this request; the data plane reads the upstream
-            return
-        assert self._nursery is not None
-        self._nursery.start_soon(self._read_upstream, stream)
-
-    async def _read_upstream(self, stream: trio.SocketStream) -> None:
-        """Pair upstream responses with requests in flight; one cancel scope carries the
-        deadline of the oldest request and is replaced only when it fires."""
-        decoder = FrameDecoder(_MAX_RESPONSE, trusted=True)
-        in_flight = self.in_flight
-        while True:
-            with trio.CancelScope(deadline=_trio_deadline(in_flight[0].deadline) if in_flight else math.inf) as scope:
-                self._upstream_scope = scope
-                while True:
-                    data = await _receive(stream, decoder)
-                    if not data:
-                        raise CloseConnection("upstream closed the connection", "upstream")
-                    completed = self.complete_responses(decoder)
-                    while self.heavy is not None:
-                        await self.complete_heavy()
-                        self.complete_responses(decoder)
-                        completed = True
-                    if completed:
-                        scope.deadline = _trio_deadline(in_flight[0].deadline) if in_flight else math.inf
-                        await self._flush()
-            self._upstream_scope = None
-            if in_flight and time.monotonic() >= in_flight[0].deadline:
-                raise self.timeout_error(in_flight[0])
+        self._handoff = await self.upstream_side.open(self, self._nursery)
 
     async def complete_heavy(self) -> None:
-        """Complete the large response :meth:`complete_responses` set aside, on a worker thread."""
-        slot, frame = self.heavy
-        self.heavy = None
-        await trio.to_thread.run_sync(self._complete, slot, frame, limiter=self.gw.heavy_work_limiter)
-
+        await self.upstream_side.complete_heavy(self)
 
     # ------------------------------------------------------------- responses
     async def _flush(self) -> None:

@@ -10,10 +10,14 @@ anything.  :class:`ConnectionCore` holds what they share, and touches no event l
 * **request order**: every request that expects a response gets a :class:`Slot` appended
   to ``pending`` in arrival order, whether kgw answers it or the upstream does; drivers
   send completed slots from the head only, so responses leave in request order;
-* **dispatch**: :meth:`dispatch_sync` parses the header, routes the (api, version) through
-  the registry (ApiVersions answered on the spot, unadvertised versions closed), inspects,
-  enforces and either queues the frame for the upstream or queues a local answer;
-  it returns :data:`SLOW` before any side effect when the request needs ``await``;
+* **dispatch**: :meth:`ConnectionCore.dispatch` parses the header, routes the (api, version)
+  through the registry (ApiVersions answered on the spot, unadvertised versions closed),
+  gates requests before login, inspects, enforces and either queues the frame for the
+  upstream or queues a local answer.  Where it must wait for something (the upstream's
+  versions, a local answer, a question to the upstream, a worker thread, room, the upstream
+  connection, a login step) it returns an :class:`Await` saying what, with the continuation:
+  the drivers only perform those and move bytes, so a request is classified and enforced in
+  this one place;
 * **back-pressure**: at most ``max_in_flight`` slots outstanding (drivers stop reading);
 * **deadlines**: each forwarded slot carries a ``time.monotonic()`` deadline;
   :meth:`check_timeouts` enforces the authentication and idle limits;
@@ -34,7 +38,8 @@ from typing import Any
 from authz.authorizer import AuthorizableRequestContext, AuthorizerNotReadyError
 from authz.principal import ANONYMOUS
 from gateway.logs import fields
-from protocol.apis.api_versions import MalformedApiVersions, request_error
+from gateway.sasl import SaslStateError
+from protocol.apis.api_versions import MalformedApiVersions, client_software, request_error
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RefuseRequest, RequestInfo
 from protocol.apis.registry import REGISTRY
 from protocol.auth_helper import AuthHelper
@@ -42,16 +47,104 @@ from protocol.codecs import CodecError
 from protocol.framing import NEED_DATA, FrameDecoder, FrameError
 from protocol.headers import HeaderError, RequestHeader, parse_request_header, read_uvarint, response_header
 
-__all__ = ["CloseConnection", "ConnectionCore", "SLOW", "Slot", "next_request"]
+__all__ = ["Await", "CloseConnection", "ConnectionCore", "NeedLocalAnswer", "NeedLogin", "NeedRawToken", "NeedSpace",
+           "NeedUpstream", "NeedUpstreamAnswer", "NeedVersions", "NeedWorker", "Slot", "next_request"]
 
 _I32 = struct.Struct(">i")
 
 SASL_KEYS = frozenset({17, 36})
 
-#: :meth:`ClientConnection.dispatch_sync`: this request needs the async path
-SLOW = object()
-#: a route's inspector slot for ApiVersions: answered in dispatch_sync from the cached table
-_API_VERSIONS = object()
+#: route kinds (:meth:`ConnectionCore._route`)
+_UNKNOWN = "unknown api"
+_API_VERSIONS = "ApiVersions"
+_SASL = "SASL"
+_PENDING = "versions not known yet"
+_UNSUPPORTED = "version not advertised"
+_LOCAL = "answered by kgw"
+_FORWARDED = "forwarded"
+
+
+class Await:
+    """What a driver must await before the core can go on with a request: the driver
+    performs it and calls ``then(result, to_upstream)``, which returns the next outcome
+    (False, True or another Await).  The kinds below are all a driver has to know."""
+
+    __slots__ = ("then",)
+
+    def __init__(self, then) -> None:
+        self.then = then
+
+
+class NeedVersions(Await):
+    """The upstream's API versions (``Gateway.advertised_versions()``); ``then`` takes the table."""
+
+    __slots__ = ()
+
+
+class NeedUpstream(Await):
+    """The connection to the upstream broker, opened (what is queued for it sent first)."""
+
+    __slots__ = ()
+
+
+class NeedSpace(Await):
+    """Room in the response queue: fewer than ``max_in_flight`` requests outstanding."""
+
+    __slots__ = ()
+
+
+class NeedWorker(Await):
+    """``job()`` run on a worker thread (a large request's inspection): ``then`` takes its result."""
+
+    __slots__ = ("job",)
+
+    def __init__(self, job, then) -> None:
+        super().__init__(then)
+        self.job = job
+
+
+class NeedLocalAnswer(Await):
+    """``await spec.answer(services, auth, header, info)`` (the APIs kgw answers itself), with
+    what is queued for the upstream sent first; an exception it raises becomes
+    :meth:`ConnectionCore.answer_refused`; ``then`` takes the answer."""
+
+    __slots__ = ("spec", "auth", "header", "info")
+
+    def __init__(self, spec: ApiSpec, auth: AuthHelper, header: RequestHeader, info: RequestInfo, then) -> None:
+        super().__init__(then)
+        self.spec, self.auth, self.header, self.info = spec, auth, header, info
+
+
+class NeedUpstreamAnswer(Await):
+    """``await question(services)``: a decision that must ask the upstream first
+    (``Decision.then``), within the request timeout; ``then`` takes the decision it makes."""
+
+    __slots__ = ("spec", "question")
+
+    def __init__(self, spec: ApiSpec, question, then) -> None:
+        super().__init__(then)
+        self.spec, self.question = spec, question
+
+
+class NeedLogin(Await):
+    """A SaslHandshake or SaslAuthenticate: the driver's SASL step answers it (a password hash
+    on a worker thread, Kafka's delay before a refusal); nothing follows."""
+
+    __slots__ = ("session", "header", "spec", "body")
+
+    def __init__(self, session, header: RequestHeader, spec: ApiSpec, body: memoryview) -> None:
+        super().__init__(None)
+        self.session, self.header, self.spec, self.body = session, header, spec, body
+
+
+class NeedRawToken(Await):
+    """A bare SASL token after SaslHandshake v0, for the driver's SASL step; nothing follows."""
+
+    __slots__ = ("session", "token")
+
+    def __init__(self, session, token: bytes) -> None:
+        super().__init__(None)
+        self.session, self.token = session, token
 
 
 class CloseConnection(Exception):
@@ -60,8 +153,8 @@ class CloseConnection(Exception):
     def __init__(self, reason: str, metric: str = "protocol", *, answered: bool = False) -> None:
         super().__init__(reason)
         self.metric = metric
-        #: the client was sent an answer saying why (a refused login): let it read it (see
-        #: ClientConnection._let_client_close_first)
+        #: the client was sent an answer saying why (a refused login): the driver half-closes
+        #: and lets it read that answer before closing (``fast_io.half_close``)
         self.answered = answered
 
 
@@ -109,7 +202,7 @@ class ConnectionCore:
         self._enforce_state: dict = {}  # per-connection state of API enforcements (Fetch sessions)
         self._no_authorizer = AuthHelper(None, None, self._enforce_state, self.gw.topic_ids,
                                          self.gw.enforcement_state)
-        self._routes: dict[int, object] = {}  # dispatch_sync's per-(api, version) lookups ...
+        self._routes: dict[int, object] = {}  # dispatch's per-(api, version) lookups ...
         self._routes_for = None  # ... valid for this advertised-versions table
         self.in_flight: deque[Slot] = deque()  # forwarded, awaiting the upstream
         self._upstream: Any = None  # the upstream stream, set by the driver
@@ -146,9 +239,6 @@ class ConnectionCore:
         #: channel while its response is unsent), so a client that never reads costs a bounded buffer
         self.unsent = 0
         self.max_unsent = limits.max_unsent_bytes_per_connection
-        #: a request :meth:`dispatch_sync` enforced whose decision must first ask the upstream
-        #: (``Decision.then``): (frame, header, spec, info, body, decision)
-        self._awaiting: tuple | None = None
 
     @property
     def on_data_plane(self) -> bool:
@@ -208,27 +298,25 @@ class ConnectionCore:
             self._decoder.limit = self._limits.max_frame_bytes
             self._decoder.limit_name = "socket.request.max.bytes"
 
-    def dispatch_sync(self, frame: memoryview, to_upstream) -> object:
-        """Handle a request that needs no ``await``: forwarded (its frame appended to
-        ``to_upstream``) or answered from the enforcement's decision.  Returns False when
-        forwarded, True when a local answer was queued (the caller flushes), or
-        :data:`SLOW` before any side effect when the request needs :meth:`_on_request_slow`.
-        Runs on Trio or on the data-plane thread; it must not touch Trio."""
+    # ------------------------------------------------------------------ dispatch
+    #
+    # One dispatcher for both drivers.  :meth:`dispatch` classifies and enforces a request
+    # synchronously and returns False (forwarded: the frame is in ``to_upstream``), True (an
+    # answer was queued: the driver flushes) or an :class:`Await` naming what the driver must
+    # await first; the driver performs it and calls ``step.then(result, to_upstream)``, which
+    # returns the next outcome.  Every decision is taken here, once; the drivers only do I/O.
+
+    def dispatch(self, frame: memoryview, to_upstream: list) -> bool | Await:
+        """Handle one request frame (Trio or the data-plane thread; touches no event loop)."""
         session = self.auth.session
-        if session is not None and (session.expects_raw_token or not session.authenticated):
-            return SLOW
-        if len(frame) > self._offload_request and self._is_large(frame):
-            return SLOW  # inspected and authorized on a worker thread (_on_request_slow)
+        if session is not None and session.expects_raw_token:
+            return NeedRawToken(session, bytes(frame[4:]))
         body = frame[4:]
         try:
             header = parse_request_header(body)
-        except HeaderError:
-            return SLOW
+        except HeaderError as e:
+            raise CloseConnection(f"unparseable request header: {e}", "header") from None
         advertised = self.gw.advertised_cached
-        if advertised is None or len(self.pending) >= self.max_in_flight:
-            return SLOW
-        if self._upstream is None and header.api_key != 18:  # ApiVersions needs no upstream
-            return SLOW
         if advertised is not self._routes_for:
             self._routes = {}
             self._routes_for = advertised
@@ -236,50 +324,106 @@ class ConnectionCore:
         route = self._routes.get(key)
         if route is None:
             route = self._routes[key] = self._route(header.api_key, header.api_version, advertised)
-        if route is SLOW:
-            return SLOW
-        spec, counter, inspect = route
-        if inspect is _API_VERSIONS:  # answered here, on whichever thread runs this: no pause
-            self.client_id = header.client_id
-            if self._deferred is None:
-                counter.inc()
-            else:
-                self._deferred.append(counter)
-            self.queue_answer(header, spec, self.api_versions_answer(header, body, advertised))
-            return True
+        kind, spec, counter, _inspect = route
         self.client_id = header.client_id
+        if kind is _UNKNOWN:
+            raise CloseConnection(f"unknown api key {header.api_key}", "unknown_api")
         if self._deferred is None:
             counter.inc()
         else:
-            self._deferred.append(counter)
-        if inspect is None:
+            self._deferred.append(counter)  # on the data plane: counted once written
+        if session is not None and not session.authenticated:
+            try:
+                session.gate(header.api_key)
+            except SaslStateError as e:
+                raise CloseConnection(f"request before SASL authentication completed: {e}",
+                                      "unauthenticated") from None
+            if header.api_key == 18:  # named in authentication failures
+                session.client_software = client_software(header.api_version, body[header.size:])
+        if kind is _SASL:
+            return NeedLogin(session, header, spec, body)
+        if advertised is None:  # the upstream's versions are not known yet
+            return NeedVersions(lambda table, out: self._advertised_known(frame, header, spec, body, table, out))
+        return self._dispatch_known(frame, header, spec, body, advertised, to_upstream, route)
+
+    def _advertised_known(self, frame: memoryview, header: RequestHeader, spec: ApiSpec, body: memoryview,
+                          advertised, to_upstream: list) -> bool | Await:
+        route = self._route(header.api_key, header.api_version, advertised)
+        return self._dispatch_known(frame, header, spec, body, advertised, to_upstream, route)
+
+    def _dispatch_known(self, frame: memoryview, header: RequestHeader, spec: ApiSpec, body: memoryview,
+                        advertised, to_upstream: list, route: tuple) -> bool | Await:
+        kind = route[0]
+        if kind is _API_VERSIONS:  # any version, answered from the table (KIP-511)
+            return self._answer(header, spec, self.api_versions_answer(header, body, advertised))
+        if kind is _UNSUPPORTED:
             raise self._unsupported(spec, header, advertised.get(header.api_key))
-        info = self._inspected(spec, inspect, header, body)
-        decision = self._enforce(spec, self._auth_helper(header), header, body, info)
-        if decision.then is not None:
-            # enforced, but it must ask the upstream before it decides: the driver continues it
-            # on Trio (:meth:`take_awaiting`), the lane paused meanwhile
-            self._awaiting = (frame, header, spec, info, body, decision)
-            return SLOW
+        auth = self._auth_helper(header)
+        large = len(frame) > self._offload_request and self._is_large(frame)
+        if kind is _LOCAL:
+            if large:
+                return NeedWorker(lambda: self._inspected(spec, spec.inspect, header, body),
+                                  lambda info, _out: self._local_answer(frame, header, spec, body, auth, info, large))
+            info = self._inspected(spec, spec.inspect, header, body)
+            return self._local_answer(frame, header, spec, body, auth, info, large)
+        if large:  # inspected and authorized on a worker thread, off the shared loops
+            return NeedWorker(lambda: self._inspect_and_enforce(spec, header, body, auth),
+                              lambda done, out: self._decided(header, spec, done[0], body, frame, done[1], out, large))
+        info = self._inspected(spec, route[3], header, body)
+        decision = self._enforce(spec, auth, header, body, info)
+        return self._decided(header, spec, info, body, frame, decision, to_upstream, large)
+
+    def _local_answer(self, frame: memoryview, header: RequestHeader, spec: ApiSpec, body: memoryview,
+                      auth: AuthHelper, info: RequestInfo, large: bool) -> NeedLocalAnswer:
+        """An API kgw answers itself: the driver awaits its answer, bytes or a decision (part
+        answered here, part forwarded: the config APIs)."""
+        def answered(answer: Any, to_upstream: list) -> bool | Await:
+            if isinstance(answer, Decision):
+                return self._decided(header, spec, info, body, frame, answer, to_upstream, large)
+            return self._answer(header, spec, answer)
+
+        return NeedLocalAnswer(spec, auth, header, info, answered)
+
+    def _decided(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, body: memoryview,
+                 frame: memoryview, decision: Decision, to_upstream: list, large: bool) -> bool | Await:
+        """Carry out an enforcement's decision."""
+        if decision.then is not None:  # it must ask the upstream before it decides
+            return NeedUpstreamAnswer(spec, decision.then, lambda decided, out: self._decided(
+                header, spec, info, body, frame, decided, out, large))
         if decision.close is not None:
             raise CloseConnection(decision.close, "denied")
         if decision.respond is not None:
-            self.queue_answer(header, spec, decision.respond)
-            return True
+            return self._answer(header, spec, decision.respond)
         if decision.request is not None:
             frame = self._rebuilt(body, header, decision.request)
+        return self._forward(header, spec, info, frame, decision.merge, large, to_upstream)
+
+    def _forward(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, frame: memoryview, merge,
+                 large: bool, to_upstream: list) -> bool | Await:
+        if self._upstream is None:
+            return NeedUpstream(lambda _none, out: self._forward(header, spec, info, frame, merge, large, out))
         if info.expects_response:
-            self._track(header, spec, info, decision.merge)
+            if len(self.pending) >= self.max_in_flight and self.lane is None:
+                return NeedSpace(lambda _none, out: self._forward(header, spec, info, frame, merge, large, out))
+            self._track(header, spec, info, merge).large = large and merge is not None
         to_upstream.append(frame)
         return False
 
-    def take_awaiting(self, frame: memoryview) -> tuple | None:
-        """The request :meth:`dispatch_sync` left to be continued for ``frame`` (counted and
-        enforced already), or None."""
-        awaiting, self._awaiting = self._awaiting, None
-        if awaiting is not None and awaiting[0] is not frame:
-            raise RuntimeError("a continued request is not the frame the driver passed back")
-        return awaiting
+    def _answer(self, header: RequestHeader, spec: ApiSpec, body: bytes) -> bool | Await:
+        """Queue an answer kgw built, once there is room for it (``max_in_flight``)."""
+        if len(self.pending) >= self.max_in_flight and self.lane is None:
+            return NeedSpace(lambda _none, out: self._answer(header, spec, body))
+        self.queue_answer(header, spec, body)
+        return True
+
+    @staticmethod
+    def answer_refused(spec: ApiSpec, header: RequestHeader, error: Exception) -> CloseConnection:
+        """The close for a local answer that raised (:class:`RefuseRequest`, or a null where the
+        schema has none: see :meth:`_enforce`)."""
+        if isinstance(error, RefuseRequest):
+            return CloseConnection(f"{spec.name} refused: {error}", "refused")
+        return CloseConnection(f"malformed {spec.name} v{header.api_version} request: "
+                               f"{type(error).__name__}: {error}", "decode")
 
     def _is_large(self, frame: memoryview) -> bool:
         """Whether a request is inspected off the shared loops (its size above the limit of
@@ -306,21 +450,27 @@ class ConnectionCore:
         """The ApiVersions answer for ``version``, built once per advertised table."""
         return self.gw.api_versions_answers.body(version, advertised, self.gw.cluster.api_versions_response)
 
-    def _route(self, api_key: int, api_version: int, advertised) -> object:
-        """What :meth:`dispatch_sync` needs of one API version: SLOW, or (spec, request
-        counter, inspector), the inspector None for a version kgw does not advertise and
-        :data:`_API_VERSIONS` for ApiVersions, answered on the spot."""
+    def _route(self, api_key: int, api_version: int, advertised) -> tuple:
+        """What :meth:`dispatch` needs of one (api, version), remembered per advertised table:
+        (kind, spec, request counter, inspector).  A forwarded API is inspected with its cheap
+        ``peek`` when nothing is authorized."""
         spec = REGISTRY.get(api_key)
-        if spec is not None and api_key == 18:
-            return spec, self.metrics.request(self.listener_name, spec.name), _API_VERSIONS
-        if spec is None or spec.answered_locally or api_key in SASL_KEYS:
-            return SLOW
+        if spec is None:
+            return _UNKNOWN, None, None, None
         counter = self.metrics.request(self.listener_name, spec.name)
+        if api_key == 18:
+            return _API_VERSIONS, spec, counter, None
+        if api_key in SASL_KEYS:
+            return _SASL, spec, counter, None
+        if advertised is None:
+            return _PENDING, spec, counter, None  # decided once the table is known
         allowed = advertised.get(api_key)
         if allowed is None or not allowed.min <= api_version <= allowed.max:
-            return spec, counter, None
+            return _UNSUPPORTED, spec, counter, None
+        if spec.answered_locally:
+            return _LOCAL, spec, counter, spec.inspect
         inspect = spec.peek if spec.peek is not None and self.gw.authorizer is None else spec.inspect
-        return spec, counter, inspect
+        return _FORWARDED, spec, counter, inspect
 
     def _unsupported(self, spec: ApiSpec, header: RequestHeader, allowed) -> CloseConnection:
         return CloseConnection(

@@ -10,27 +10,30 @@ both plain TCP and its upstream connection is open, :class:`ConnectionCore`
 hands it to this thread, which serves the *forwarding path* with a raw
 level-triggered epoll loop and no task switches:
 
-* client readable → frame → :meth:`ConnectionCore.dispatch_sync` (the same
-  header parse, registry lookup, inspection and authorization the Trio path
-  uses) → the frame is queued for the upstream, or a locally built answer
-  (e.g. a fully denied Produce) takes its place in the response order;
+* client readable → frame → :meth:`ConnectionCore.dispatch` (the one
+  dispatcher: header parse, registry lookup, inspection and authorization,
+  as on the Trio path) → the frame is queued for the upstream, or a locally
+  built answer (e.g. a fully denied Produce) takes its place in the response
+  order;
 * upstream readable → frame → :meth:`ConnectionCore._complete` (pairing,
   rewriting, merging) → responses leave from the head of ``pending``, so the
   order is the request order, as on the Trio path.
 
-Everything that needs to ``await`` (ApiVersions, SASL, the ACL and config APIs
-kgw answers itself, a version table not yet fetched, a request or response too
-large to inspect here without stalling every other lane) is a *slow request*: the
-lane pauses (neither socket is read), the frame goes to the connection's Trio
-task, which runs the ordinary async path with its I/O redirected to the lane,
-and the lane resumes with whatever that produced.  The connection's state is
+Where the dispatcher must wait for something (SASL, the ACL and config APIs kgw
+answers itself, a question to the upstream, a version table not yet fetched, a
+request too large to inspect here without stalling every other lane) it returns
+an :class:`~gateway.connection_core.Await`: the lane pauses (neither socket is
+read), the Await goes to the connection's Trio task, which performs it with its
+I/O redirected to the lane (``ClientConnection.perform``), and the lane resumes
+with whatever that produced.  A response too large to complete here is *heavy*:
+completed on a worker thread the same way.  The connection's state is
 therefore touched by one thread at a time: by the lane while it runs, by the
 Trio task while the lane is paused.
 
 Ownership of the sockets stays with Trio: the lane only reads and writes their
 file descriptors.  It never closes them; when a lane ends (end of stream, a
-protocol error, an upstream deadline, a :class:`CloseConnection` from the slow
-path, gateway shutdown) it unregisters both descriptors and then tells the
+protocol error, an upstream deadline, a :class:`CloseConnection` from an
+awaited step, gateway shutdown) it unregisters both descriptors and then tells the
 Trio task, which logs, counts and closes exactly as on the Trio path.
 
 The thread adds no parallelism (the GIL): what it removes is the scheduler
@@ -71,7 +74,7 @@ from typing import Callable
 
 import trio
 
-from gateway.connection_core import SLOW, CloseConnection, next_request
+from gateway.connection_core import CloseConnection, next_request
 from gateway.data_plane_lane import Lane
 from protocol.framing import NEED_DATA, FrameDecoder
 
@@ -132,7 +135,7 @@ class DataPlane:
         self.call_soon(self._adopt, lane)
 
     def resume(self, lane: Lane, frames: list) -> None:
-        """The slow request is done: ``frames`` go upstream, the lane reads again."""
+        """The awaited step is done: ``frames`` go upstream, the lane reads again."""
         self.call_soon(self._resume, lane, frames)
 
     def drain(self, lane: Lane) -> None:
@@ -246,7 +249,7 @@ class DataPlane:
             return
         lane.paused = False
         lane.uout.extend(memoryview(f) for f in frames)
-        self._guarded(lane, self._after_slow, lane)
+        self._guarded(lane, self._after_await, lane)
         if lane.draining:
             self._drained_yet(lane)
 
@@ -263,7 +266,7 @@ class DataPlane:
                 and not lane.uout):
             self._end(lane, ("eof", 0))
 
-    def _after_slow(self, lane: Lane) -> None:
+    def _after_await(self, lane: Lane) -> None:
         self._flush_client(lane)
         self._process_client(lane)
 
@@ -338,7 +341,7 @@ class DataPlane:
 
     def _process_client(self, lane: Lane) -> None:
         """Write what waits for the upstream, then dispatch buffered client frames and write
-        them, until the decoder needs data, max_in_flight is reached or a request is slow."""
+        them, until the decoder needs data, max_in_flight is reached or a request must await."""
         if lane.closed or lane.paused:
             return
         uout = lane.uout
@@ -364,15 +367,15 @@ class DataPlane:
                     break
                 lane.backlog = True
                 budget -= 1
-                outcome = conn.dispatch_sync(frame, uout)
-                if outcome is SLOW:
-                    lane.paused = True
-                    lane.post(("slow", frame))
-                    break
-                if outcome:
+                outcome = conn.dispatch(frame, uout)
+                if outcome is True:
                     answered = True
+                elif outcome is not False:  # an Await: performed on the connection's Trio task
+                    lane.paused = True
+                    lane.post(("await", outcome))
+                    break
             if uout:
-                self._write(lane, lane.ufd, uout, False)  # (before a slow request: the ones ahead of it)
+                self._write(lane, lane.ufd, uout, False)  # (before an awaited one: the requests ahead of it)
             if not answered:
                 return
             lane.metrics()  # counted before the client can see the answers

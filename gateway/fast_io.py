@@ -23,11 +23,19 @@ Only plain TCP streams use it; TLS streams keep Trio's ``SSLStream``.
 
 from __future__ import annotations
 
+import math
 import os
+import socket
+import time
 
 import trio
 
-__all__ = ["FastStream", "fast_stream"]
+from protocol.framing import FrameDecoder
+
+__all__ = ["FastStream", "discard_until_closed", "fast_stream", "half_close", "receive", "trio_deadline"]
+
+_RECV = 256 * 1024
+_RECV_INTO_MIN = 64 * 1024
 
 _FAIRNESS = 16
 
@@ -98,3 +106,52 @@ class FastStream:
 def fast_stream(stream: trio.abc.Stream):
     """A :class:`FastStream` for a plain TCP stream; any other stream unchanged."""
     return FastStream(stream) if isinstance(stream, trio.SocketStream) else stream
+
+
+async def receive(stream, decoder: FrameDecoder) -> bytes | memoryview:
+    """Read the next bytes into ``decoder``; returns what was read (empty at EOF).
+
+    While a large frame is being assembled, bytes are received straight into its buffer
+    (``recv_into``), so a multi-megabyte Produce request or Fetch response is copied once,
+    from the kernel, instead of chunk by chunk."""
+    space = decoder.partial_space()
+    if space is not None and len(space) >= _RECV_INTO_MIN and isinstance(stream, FastStream):
+        n = await stream.receive_into(space)
+        decoder.partial_filled(n)
+        return space[:n]
+    data = await stream.receive_some(_RECV)
+    if data:
+        decoder.receive_data(data)
+    return data
+
+
+def trio_deadline(monotonic_deadline: float) -> float:
+    """A ``time.monotonic()`` deadline on Trio's clock (slot deadlines use the former: the
+    data-plane thread cannot read Trio's clock)."""
+    if monotonic_deadline == math.inf:
+        return math.inf
+    return trio.current_time() + (monotonic_deadline - time.monotonic())
+
+
+async def discard_until_closed(stream, seconds: float) -> None:
+    """Read and drop what the peer still sends until it closes, at most ``seconds``."""
+    with trio.move_on_after(seconds):
+        try:
+            while await stream.receive_some(_RECV):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+
+
+async def half_close(stream) -> None:
+    """End our side (FIN) and drop what the peer still sends until it closes (at most a
+    second), so what was sent is not lost to a reset, as it would be if the socket were
+    closed with unread bytes in it.  TLS: nothing here (``aclose``'s close_notify ends it)."""
+    raw = getattr(getattr(stream, "stream", stream), "socket", None)
+    if raw is None:
+        return
+    try:
+        raw.shutdown(socket.SHUT_WR)
+    except OSError:
+        return
+    await discard_until_closed(stream, 1.0)

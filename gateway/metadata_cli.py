@@ -122,7 +122,7 @@ def _interactive_shell(args) -> int:
 
 def _report(plan: RepairPlan) -> str:
     lines = [f"problem:    {plan.problem}",
-             f"kept:       " + (f"the snapshot at offset {plan.snapshot_end} and " if plan.snapshot_end else "")
+             "kept:       " + (f"the snapshot at offset {plan.snapshot_end} and " if plan.snapshot_end else "")
              + (f"the log up to offset {plan.keep_next - 1}" if plan.keep_next else "nothing")]
     if plan.unreadable is not None:
         first, end = plan.unreadable

@@ -199,6 +199,16 @@ class UpstreamCluster:
                 errors.append(str(e))
         raise UpstreamUnavailable("; ".join(errors))
 
+    async def connect(self, node_id: int | None) -> trio.SocketStream:
+        """A connection to upstream broker ``node_id`` (None: any bootstrap server), kgw's own
+        security and connect timeout applied; :class:`UpstreamUnavailable` when there is none."""
+        if node_id is None:
+            return await self.connect_bootstrap()
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise UpstreamUnavailable(f"upstream broker {node_id} is unknown")
+        return await open_upstream(node.host, node.port, self.connect_timeout_s, self.security)
+
     async def refresh(self) -> None:
         """Ask a bootstrap server for its API versions and brokers."""
         async with self._refresh_lock:

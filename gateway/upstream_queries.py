@@ -34,12 +34,14 @@ from typing import Any
 
 import trio
 
+from gateway.connection_core import CloseConnection
 from gateway.upstream import UpstreamCluster, UpstreamUnavailable, open_upstream, roundtrip
 from protocol.apis.api_versions import KIO_VERSIONS
+from protocol.apis.base import Decision, RefuseRequest
 from protocol.codecs import CodecError, make, nested, request_class
 from protocol.services import TopicListing
 
-__all__ = ["UpstreamQueries"]
+__all__ = ["UpstreamQueries", "settle"]
 
 log = logging.getLogger("kgw.upstream")
 
@@ -178,3 +180,22 @@ class UpstreamQueries:
             if flag in fields:
                 kw[flag] = False
         return await self.call(3, make(cls, **kw))
+
+
+async def settle(question, services, timeout_s: float, what: str) -> Decision:
+    """Ask the upstream what a decision needs (``Decision.then``) and return the decision it
+    makes.  No answer in time, or none at all, closes the connection: nothing is forwarded
+    on a guess."""
+    try:
+        with trio.fail_after(timeout_s):
+            decided = await question(services)
+    except trio.TooSlowError:
+        raise CloseConnection(f"{what}: the upstream did not answer kgw's own question within {timeout_s:g}s; "
+                              "nothing forwarded", "upstream") from None
+    except UpstreamUnavailable as e:
+        raise CloseConnection(f"{what}: {e}; nothing forwarded", "upstream") from None
+    except RefuseRequest as e:
+        raise CloseConnection(f"{what} refused: {e}", "refused") from None
+    if decided.then is not None:
+        raise RuntimeError(f"{what}: a decision made after asking the upstream asks again")
+    return decided

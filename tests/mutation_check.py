@@ -32,16 +32,23 @@ class Mutation:
     old: str
     new: str
     tests: tuple[str, ...]
+    #: a second (old, new) replacement in the same file, for behaviour guarded twice
+    extra: tuple[str, str] | None = None
 
 
 MUTATIONS = (
     Mutation("metadata log: no fsync of appended batches", "metadata/directory_files.py",
              "    write_all(files, fd, data)\n    files.fsync(fd)", "    write_all(files, fd, data)",
              ("tests/unit/metadata/test_power_loss.py",)),
-    Mutation("metadata log: no directory fsync when a segment is rolled", "metadata/directory.py",
-             "        try:\n            files.fsync_dir(self._path)\n        except BaseException:",
-             "        try:\n            pass\n        except BaseException:",
-             ("tests/unit/metadata/test_power_loss.py",)),
+    # A rolled segment's directory entry is made durable twice: by the roll's own directory
+    # fsync and by the acknowledged-offset file written (renamed, directory fsynced) right after
+    # it.  Removing either alone loses nothing; removing both must be seen.
+    Mutation("metadata log: a rolled segment's directory entry never made durable", "metadata/directory.py",
+             "            files.fsync_dir(self._path)\n        except BaseException:",
+             "            pass\n        except BaseException:",
+             ("tests/unit/metadata/test_power_loss.py",),
+             extra=("        self._segments.append(segment)\n        self._record_acknowledged()",
+                    "        self._segments.append(segment)\n        self._acknowledged_at = time.monotonic() + 3600")),
     Mutation("metadata image: SCRAM records not kept", "metadata/image.py",
              "            self.scram[(record.name, record.mechanism)] = record", "            pass",
              ("tests/unit/protocol/test_scram_api.py",)),
@@ -89,7 +96,7 @@ MUTATIONS = (
              "                if logged >= MAX_AUDITED_ACTIONS_PER_CALL:", "                if False:",
              ("tests/unit/authz/test_standard_authorizer.py",)),
     Mutation("connection: a closed connection kept alive by its lane (cycle)", "gateway/connection_handoff.py",
-             "            self.lane = None\n            self._deferred = None", "            pass",
+             "        conn.lane = None\n        conn._deferred = None", "        pass",
              ("tests/unit/gateway/test_connection.py",)),
     Mutation("connection: large requests inspected on the shared loop", "gateway/connection_core.py",
              "        size = len(frame)\n        if size <= self._offload_request:",
@@ -221,7 +228,12 @@ def run(mutation: Mutation, copy: Path) -> str:
     original = target.read_text()
     if original.count(mutation.old) != 1:
         return "STALE"
-    target.write_text(original.replace(mutation.old, mutation.new))
+    mutated = original.replace(mutation.old, mutation.new)
+    if mutation.extra is not None:
+        if mutated.count(mutation.extra[0]) != 1:
+            return "STALE"
+        mutated = mutated.replace(*mutation.extra)
+    target.write_text(mutated)
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *mutation.tests],
                               cwd=copy, capture_output=True, text=True, timeout=600)

@@ -84,7 +84,7 @@ async def test_a_pipelining_client_gets_one_quantum_per_turn(nursery, tmp_path, 
     flood_conn, quiet_conn = None, None
     log: list[str] = []
     lock = threading.Lock()
-    real = ConnectionCore.dispatch_sync
+    real = ConnectionCore.dispatch
 
     def recording(self, frame, to_upstream):
         (corr,) = struct.unpack_from(">i", frame, 8)
@@ -92,7 +92,7 @@ async def test_a_pipelining_client_gets_one_quantum_per_turn(nursery, tmp_path, 
             log.append("quiet" if corr == 999_999 else "flood" if corr >= 100 else "other")
         return real(self, frame, to_upstream)
 
-    monkeypatch.setattr(ConnectionCore, "dispatch_sync", recording)
+    monkeypatch.setattr(ConnectionCore, "dispatch", recording)
     n = 15_000  # one read of the data plane (256 KiB) holds ~18,000 of these
     await flood.stream.send_all(b"".join(api_versions_v0(100 + i) for i in range(n)))
     with trio.fail_after(10):
