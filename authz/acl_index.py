@@ -83,11 +83,11 @@ class _Section:
 
     def __init__(
         self,
-        literal: ShardedMap,
-        prefixed: ShardedMap,
+        literal: ShardedMap[str, Bucket],
+        prefixed: ShardedMap[str, Bucket],
         prefix_counts: dict[int, int],
-        groups: ShardedMap,
-        summaries: ShardedMap,
+        groups: ShardedMap[_GroupKey, int],
+        summaries: ShardedMap[_GroupKey, GroupSummary],
     ) -> None:
         self.literal = literal
         #: the LITERAL ``*`` bucket, visited for every name (looked up once, here)
@@ -126,7 +126,7 @@ class AclIndex:
 
     __slots__ = ("_by_id", "_sections")
 
-    def __init__(self, by_id: ShardedMap, sections: dict[ResourceType, _Section]) -> None:
+    def __init__(self, by_id: ShardedMap[uuid.UUID, StandardAcl], sections: dict[ResourceType, _Section]) -> None:
         self._by_id = by_id
         self._sections = sections
 
@@ -301,9 +301,9 @@ def _group_key(acl: StandardAcl) -> _GroupKey:
     return (acl.principal, acl.host, acl.operation)
 
 
-def _frozen(held) -> Bucket:
+def _frozen(held: StandardAcl | dict[tuple[str, str], list[StandardAcl]]) -> Bucket:
     """A bucket as built (one ACL, or lists by key) in its stored form."""
-    if type(held) is StandardAcl:
+    if isinstance(held, StandardAcl):
         return held
     return {key: tuple(acls) for key, acls in held.items()}
 
@@ -328,6 +328,7 @@ def _build_section(acls: list[StandardAcl]) -> _Section:
         else:
             if type(held) is StandardAcl:
                 held = table[name] = {shared_key(held): [held]}
+            assert not isinstance(held, StandardAcl)
             bucket_key = shared_key(acl)
             lst = held.get(bucket_key)
             if lst is None:
@@ -384,9 +385,10 @@ def _changed_section(old: _Section | None, adds: list[StandardAcl], drops: list[
         for acl in to_add:
             per_key.setdefault(acl.bucket_key, []).append(acl)
         before = table.get(name)
+        bucket: dict[tuple[str, str], tuple[StandardAcl, ...]]
         if before is None:
             bucket = {}
-        elif type(before) is StandardAcl:
+        elif isinstance(before, StandardAcl):
             bucket = {before.bucket_key: (before,)}
         else:
             bucket = dict(before)
@@ -414,15 +416,15 @@ def _changed_section(old: _Section | None, adds: list[StandardAcl], drops: list[
     group_sets: dict[_GroupKey, int] = {}
     summary_sets: dict[_GroupKey, GroupSummary] = {}
     group_removes: list[_GroupKey] = []
-    for key, (to_add, to_drop) in group_changes.items():
-        count = groups.get(key, 0) + len(to_add) - len(to_drop)
-        summary = summaries.get(key)
-        summary = GroupSummary(to_add) if summary is None else summary.changed(to_add, to_drop)
+    for group_key, (added, dropped) in group_changes.items():
+        count = (groups.get(group_key) or 0) + len(added) - len(dropped)
+        summary = summaries.get(group_key)
+        summary = GroupSummary(added) if summary is None else summary.changed(added, dropped)
         if count > 0 and summary is not None:
-            group_sets[key] = count
-            summary_sets[key] = summary
-        elif key in groups:
-            group_removes.append(key)
+            group_sets[group_key] = count
+            summary_sets[group_key] = summary
+        elif group_key in groups:
+            group_removes.append(group_key)
     return _Section(
         literal.updated(table_sets[_LITERAL], table_removes[_LITERAL]),
         prefixed.updated(table_sets[_PREFIXED], table_removes[_PREFIXED]),

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from authz.acl import WILDCARD_HOST, WILDCARD_RESOURCE, AclOperation, PatternType
-from authz.acl_index import AclIndex, StandardAcl
+from authz.acl import WILDCARD_HOST, WILDCARD_RESOURCE, AclOperation, PatternType, ResourceType
+from authz.acl_index import AclIndex
+from authz.standard_acl import StandardAcl
 from authz.authorizer import Action, AuthorizationResult, AuthorizerNotReadyError
 from authz.principal import WILDCARD_PRINCIPAL_KEY
 
@@ -41,19 +42,21 @@ class AuthorizerData:
         self.cache_size = cache_size
         # Derived-value caches; None when caching is off.  Keyed by
         # (principal, host, op, resource type, name) / (principal, host, op, type).
-        self.decisions: dict[tuple, MatchingRule] | None = {} if cache_size > 0 else None
-        self.by_type: dict[tuple, AuthorizationResult] | None = {} if cache_size > 0 else None
+        self.decisions: dict[tuple[str, str, AclOperation, ResourceType, str], MatchingRule] | None = (
+            {} if cache_size > 0 else None)
+        self.by_type: dict[tuple[str, str, AclOperation, ResourceType], AuthorizationResult] | None = (
+            {} if cache_size > 0 else None)
 
-    def copy_with(self, **changes: Any) -> "AuthorizerData":
-        fields = {
-            "index": self.index,
-            "super_users": self.super_users,
-            "allow_everyone": self.allow_everyone,
-            "loaded": self.loaded,
-            "cache_size": self.cache_size,
-        }
-        fields.update(changes)
-        return AuthorizerData(**fields)
+    def copy_with(self, *, index: AclIndex | None = None, super_users: frozenset[str] | None = None,
+                  allow_everyone: bool | None = None, loaded: bool | None = None) -> "AuthorizerData":
+        """The same data with the named parts replaced (and empty caches)."""
+        return AuthorizerData(
+            self.index if index is None else index,
+            self.super_users if super_users is None else super_users,
+            self.allow_everyone if allow_everyone is None else allow_everyone,
+            self.loaded if loaded is None else loaded,
+            self.cache_size,
+        )
 
 class MatchingRule:
     __slots__ = ("result",)
@@ -168,6 +171,7 @@ def decide(data: "AuthorizerData", principal_key: str, host: str, action: Action
     rule = None
     if section is not None:
         # The (principal, host) keys that may apply, looked up in each bucket.
+        keys: tuple[tuple[str, str], ...]
         if principal_key == WILDCARD_PRINCIPAL_KEY:
             keys = ((principal_key, host), (principal_key, WILDCARD_HOST))
             principals: tuple[str, ...] = (principal_key,)

@@ -6,9 +6,9 @@ precomputes whether some name is allowed and not dominated by a DENY).
 
 from __future__ import annotations
 
-from typing import Any
 import bisect
-from typing import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 from .acl import (
     WILDCARD_RESOURCE,
 )
@@ -178,7 +178,7 @@ class GroupSummary:
 _NO_NAMES: frozenset[str] = frozenset()
 
 
-def _repeats(acls: Sequence[Any]) -> ShardedMap:
+def _repeats(acls: Sequence[Any]) -> ShardedMap[tuple[bool, bool, str], int]:
     """``(literal, deny, name) -> how many ACLs beyond the first`` for those held more than once."""
     counts: dict[tuple[bool, bool, str], int] = {}
     for acl in acls:
@@ -227,7 +227,7 @@ def _under(names: tuple[str, ...], prefix: str) -> tuple[str, ...]:
     return names[lo:hi]
 
 
-def _fix(survivors: tuple[str, ...], affected: set[str], survives) -> tuple[str, ...]:
+def _fix(survivors: tuple[str, ...], affected: set[str], survives: Callable[[str], bool]) -> tuple[str, ...]:
     """``survivors`` with each affected name present exactly when ``survives(name)``."""
     return _with_changes(survivors, {n: survives(n) for n in affected}) if affected else survivors
 

@@ -37,14 +37,19 @@ attribute test and builds no string.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.index import api_key_map
 
 if TYPE_CHECKING:  # pragma: no cover
     from .authorizer import Action, AuthorizableRequestContext
 
-__all__ = ["AUDIT_LOGGER_NAME", "TRACE", "audit_logger", "AuditLevels", "api_name", "format_audit_line", "log_decision"]
+__all__ = ["AUDIT_LOGGER_NAME", "TRACE", "AuditSink", "audit_logger", "AuditLevels", "api_name", "format_audit_line",
+           "log_decision"]
+
+#: given the fields of every audited decision (the audit topic publisher)
+AuditSink = Callable[[dict[str, Any]], None]
 
 AUDIT_LOGGER_NAME = "kgw.authorizer"
 TRACE = 5
@@ -78,7 +83,7 @@ class AuditLevels:
 
     __slots__ = ("trace", "debug", "info", "allowed_silent", "sinks")
 
-    def __init__(self, trace: bool, debug: bool, info: bool, sinks: tuple = ()) -> None:
+    def __init__(self, trace: bool, debug: bool, info: bool, sinks: tuple[AuditSink, ...] = ()) -> None:
         self.trace = trace
         self.debug = debug
         self.info = info
@@ -88,7 +93,7 @@ class AuditLevels:
         self.allowed_silent = not (trace or debug or sinks)
 
     @classmethod
-    def current(cls, sinks: tuple = ()) -> "AuditLevels":
+    def current(cls, sinks: tuple[AuditSink, ...] = ()) -> "AuditLevels":
         is_on = audit_logger.isEnabledFor
         return cls(is_on(TRACE), is_on(logging.DEBUG), is_on(logging.INFO), sinks)
 
@@ -122,7 +127,7 @@ def log_decision(
     action: "Action",
     context: "AuthorizableRequestContext",
     rule: object,
-    sinks: tuple = (),
+    sinks: tuple[AuditSink, ...] = (),
 ) -> None:
     """Write one audit line at ``level`` (already known to be enabled), and give its fields to
     ``sinks``."""

@@ -24,7 +24,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, dataclass_transform
 
 __all__ = ["CredentialStore", "PlainCredential", "SCRAM_MIN_ITERATIONS", "SaslMechanism", "ScramCredential",
            "VerifiedPasswords", "scram_credential", "scram_keys"]
@@ -33,12 +33,18 @@ SCRAM_MIN_ITERATIONS = 4096
 """Kafka clients refuse a SCRAM exchange with fewer iterations (ScramMechanism.minIterations)."""
 PBKDF2_HASHES = {"pbkdf2_sha256": "sha256", "pbkdf2_sha512": "sha512"}
 
-_model = dataclass(frozen=True, slots=True, kw_only=True)
+_T = TypeVar("_T")
 
 
 def _secret(**kwargs: Any) -> Any:
     """A field kept out of repr() and shown as "[hidden]" by GatewayConfig.to_dict()."""
     return field(repr=False, metadata={"secret": True}, **kwargs)
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field, _secret))
+def _model(cls: type[_T]) -> type[_T]:
+    """A credential: frozen, slotted, built by keyword."""
+    return dataclass(frozen=True, slots=True, kw_only=True)(cls)
 
 
 class SaslMechanism(enum.StrEnum):
@@ -112,8 +118,8 @@ class PlainCredential:
         """A password_hash value for `password` (for tooling and tests)."""
         salt = os.urandom(16) if salt is None else salt
         digest = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
-        b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
-        return f"pbkdf2_sha256${iterations}${b64(salt)}${b64(digest)}"
+        return (f"pbkdf2_sha256${iterations}${base64.b64encode(salt).decode()}"
+                f"${base64.b64encode(digest).decode()}")
 
     def verify(self, password: str) -> bool:
         """True if `password` matches, compared in constant time."""
@@ -123,8 +129,7 @@ class PlainCredential:
                 PBKDF2_HASHES[algorithm], password.encode(), base64.b64decode(salt), int(iterations)
             )
             return hmac.compare_digest(digest, base64.b64decode(expected))
-        digest = hashlib.sha256(password.encode()).hexdigest()
-        return hmac.compare_digest(digest, self.password_sha256 or "")
+        return hmac.compare_digest(hashlib.sha256(password.encode()).hexdigest(), self.password_sha256 or "")
 
 
 class VerifiedPasswords:

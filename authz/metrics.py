@@ -188,7 +188,9 @@ class AuthorizerMetrics(Collector):
 
     # -- prometheus_client Collector protocol -------------------------------
 
-    def _families(self) -> tuple[Metric, ...]:
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily,
+                                 CounterMetricFamily, CounterMetricFamily, CounterMetricFamily,
+                                 CounterMetricFamily, CounterMetricFamily]:
         kafka = ["class", "config", "role"]
         return (
             GaugeMetricFamily(ACLS_TOTAL, "Current number of ACLs held by the authorizer (Kafka's acls-total-count)",

@@ -61,9 +61,9 @@ this module copies or normalises it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from cryptography import x509
 
@@ -243,7 +243,7 @@ def load_principal_builder(import_path: str | None, configs: Mapping[str, Any] |
         raise PrincipalBuilderLoadError(
             f"cannot load principal builder {import_path!r}: {cls!r} has no build(context) method"
         )
-    return builder
+    return cast(KafkaPrincipalBuilder, builder)
 
 
 def _resolve(import_path: str) -> Any:
@@ -335,7 +335,7 @@ def _der_name(der: bytes) -> list[list[tuple[str, int, bytes, bytes]]]:
     return rdns
 
 
-def _children(body: bytes):
+def _children(body: bytes) -> Iterator[tuple[int, bytes]]:
     offset = 0
     while offset < len(body):
         tag, content, offset = _tlv(body, offset)

@@ -15,9 +15,13 @@ is spread over the changes that grew it.  Lookups stay one C-level dict lookup a
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar, cast, overload
 
 __all__ = ["TARGET", "ShardedMap"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+D = TypeVar("D")
 
 #: keys per shard a map is built for
 TARGET = 128
@@ -31,31 +35,31 @@ def _shard_count(size: int) -> int:
     return count
 
 
-class ShardedMap:
+class ShardedMap(Generic[K, V]):
     """Read-only after construction: ``updated`` returns a new map sharing untouched shards."""
 
     __slots__ = ("shards", "mask", "_size")
 
-    def __init__(self, shards: tuple[dict, ...], size: int) -> None:
+    def __init__(self, shards: tuple[dict[K, V], ...], size: int) -> None:
         self.shards = shards
         self.mask = len(shards) - 1
         self._size = size
 
     @classmethod
-    def empty(cls) -> "ShardedMap":
-        return _EMPTY
+    def empty(cls) -> "ShardedMap[K, V]":
+        return cast("ShardedMap[K, V]", _EMPTY)
 
     @classmethod
-    def of(cls, items: Mapping[Any, Any] | Iterable[tuple[Any, Any]]) -> "ShardedMap":
+    def of(cls, items: Mapping[K, V] | Iterable[tuple[K, V]]) -> "ShardedMap[K, V]":
         pairs = list(items.items() if isinstance(items, Mapping) else items)
         count = _shard_count(len(pairs))
         mask = count - 1
-        shards: list[dict] = [{} for _ in range(count)]
+        shards: list[dict[K, V]] = [{} for _ in range(count)]
         for key, value in pairs:
             shards[hash(key) & mask][key] = value
         return cls(tuple(shards), sum(len(s) for s in shards))
 
-    def updated(self, sets: Mapping[Any, Any] | None = None, removes: Iterable[Any] = ()) -> "ShardedMap":
+    def updated(self, sets: Mapping[K, V] | None = None, removes: Iterable[K] = ()) -> "ShardedMap[K, V]":
         """A new map with ``removes`` taken out, then ``sets`` put in (absent removes are ignored)."""
         shards = list(self.shards)
         mask = self.mask
@@ -86,10 +90,15 @@ class ShardedMap:
 
     # -- Mapping-like reads --------------------------------------------------------
 
-    def get(self, key: Any, default: Any = None) -> Any:
+    @overload
+    def get(self, key: K) -> V | None: ...
+    @overload
+    def get(self, key: K, default: D) -> V | D: ...
+
+    def get(self, key: K, default: Any = None) -> Any:
         return self.shards[hash(key) & self.mask].get(key, default)
 
-    def __getitem__(self, key: Any) -> Any:
+    def __getitem__(self, key: K) -> V:
         return self.shards[hash(key) & self.mask][key]
 
     def __contains__(self, key: Any) -> bool:
@@ -101,18 +110,18 @@ class ShardedMap:
     def __bool__(self) -> bool:
         return self._size > 0
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[K]:
         for shard in self.shards:
             yield from shard
 
-    def keys(self) -> Iterator[Any]:
+    def keys(self) -> Iterator[K]:
         return iter(self)
 
-    def values(self) -> Iterator[Any]:
+    def values(self) -> Iterator[V]:
         for shard in self.shards:
             yield from shard.values()
 
-    def items(self) -> Iterator[tuple[Any, Any]]:
+    def items(self) -> Iterator[tuple[K, V]]:
         for shard in self.shards:
             yield from shard.items()
 
@@ -120,4 +129,4 @@ class ShardedMap:
         return f"ShardedMap({self._size} entries)"
 
 
-_EMPTY = ShardedMap(({},), 0)
+_EMPTY: ShardedMap[Any, Any] = ShardedMap(({},), 0)

@@ -5,7 +5,8 @@ resource name's ACLs keyed by ``(principal, host)``, or its single ACL itself.""
 from __future__ import annotations
 
 import uuid
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import final
 
 from .acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from .principal import KafkaPrincipal, parse_principal
@@ -13,6 +14,7 @@ from .principal import KafkaPrincipal, parse_principal
 __all__ = ["Bucket", "StandardAcl", "bucket_acls", "bucket_all", "compact_bucket"]
 
 
+@final
 class StandardAcl:
     """One ACL in the form the authorizer matches on.
 
@@ -96,7 +98,7 @@ class StandardAcl:
     # Computed when asked (creating, deleting, indexing), not stored: two tuples per ACL
     # were 15 MB of 100,000 ACLs (issue 17).
     @property
-    def value_key(self) -> tuple:
+    def value_key(self) -> tuple[ResourceType, str, PatternType, str, str, AclOperation, AclPermissionType]:
         """The 7 fields Kafka compares to find an "already existing" ACL."""
         return (self.resource_type, self.resource_name, self.pattern_type, self.principal, self.host,
                 self.operation, self.permission_type)
@@ -144,7 +146,7 @@ def bucket_acls(bucket: Bucket, key: tuple[str, str]) -> tuple[StandardAcl, ...]
     """The ACLs of ``bucket`` under ``(principal, host)``."""
     if type(bucket) is StandardAcl:
         return (bucket,) if (bucket.principal, bucket.host) == key else ()
-    return bucket.get(key, ())  # type: ignore[union-attr]
+    return bucket.get(key, ())
 
 
 def bucket_all(bucket: Bucket) -> Iterator[StandardAcl]:
@@ -152,7 +154,7 @@ def bucket_all(bucket: Bucket) -> Iterator[StandardAcl]:
     if type(bucket) is StandardAcl:
         yield bucket
     else:
-        for acls in bucket.values():  # type: ignore[union-attr]
+        for acls in bucket.values():
             yield from acls
 
 

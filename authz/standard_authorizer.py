@@ -52,13 +52,15 @@ from .acl import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
+    AclPermissionType,
     PatternType,
     ResourcePattern,
     ResourceType,
     validate_acl_binding_for_create,
 )
-from .acl_index import AclIndex, StandardAcl
-from .audit import AuditLevels, api_name, audit_logger, log_decision
+from .acl_index import AclIndex
+from .standard_acl import StandardAcl
+from .audit import AuditLevels, AuditSink, api_name, audit_logger, log_decision
 from .authorizer import (
     StoreUnavailableError,
     AclBindingDeleteResult,
@@ -190,7 +192,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
         self._metrics: AuthorizerMetrics | None = None
         #: callables given every audited decision's fields, whatever the log level (the audit
         #: topic publisher); a tuple replaced on change, read without a lock from any thread
-        self.audit_sinks: tuple = ()
+        self.audit_sinks: tuple[AuditSink, ...] = ()
         self._node_id: int | None = None
 
     # -- lifecycle ------------------------------------------------------------
@@ -254,7 +256,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
 
     # -- authorization ----------------------------------------------------------
 
-    def add_audit_sink(self, sink) -> None:
+    def add_audit_sink(self, sink: AuditSink) -> None:
         """Give ``sink(fields)`` every audited decision (allowed ones too), whatever the log level."""
         self.audit_sinks = (*self.audit_sinks, sink)
 
@@ -347,7 +349,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
             index = self._data.index
             results: list[AclCreateResult] = []
             new: dict[uuid.UUID, StandardAcl] = {}
-            seen: set[tuple] = set()
+            seen: set[tuple[ResourceType, str, PatternType, str, str, AclOperation, AclPermissionType]] = set()
             for binding, check in zip(bindings, checks):
                 if check is not None:
                     results.append(AclCreateResult(check[0], check[1]))

@@ -37,9 +37,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, TypeVar
 
 import trio
 
@@ -57,6 +57,8 @@ from metadata.store import (
 )
 
 __all__ = ["SharedDirectoryStore", "hold_directory"]
+
+_R = TypeVar("_R")
 
 log = logging.getLogger("kgw.metadata.log")
 
@@ -96,7 +98,7 @@ class SharedDirectoryStore(MetadataStore):
         self._state = "new"
         self._lock_fd = -1
         self._write_lock = trio.Lock()
-        self._pending: list[tuple[bytearray, int, list]] = []  # (batch, record count, [base offset or error])
+        self._pending: list[tuple[bytearray, int, list[int | BaseException]]] = []  # (batch, record count, [base offset or error])
         self._writer: _Position | None = None
         self._reader: _Position | None = None
         self._reader_fd = -1
@@ -128,7 +130,7 @@ class SharedDirectoryStore(MetadataStore):
 
     # -- the append lock ------------------------------------------------------------------------
 
-    def _locked(self, fn, *args):
+    def _locked(self, fn: Callable[..., _R], *args: Any) -> _R:
         """Run ``fn`` holding ``.append.lock`` (blocking: a worker thread waits for it)."""
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
@@ -146,7 +148,7 @@ class SharedDirectoryStore(MetadataStore):
             raise MetadataStoreClosedError(f"metadata log directory {self._path} does not exist "
                                            "(the supervisor creates it)")
         self._lock_fd = files.open(self._path / _APPEND_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        state = await handed_over(self._locked, self._load_blocking)
+        state: LoadedState = await handed_over(self._locked, self._load_blocking)
         self._last_offset = state.last_offset
         self._token = trio.lowlevel.current_trio_token()
         self._state = "open"
@@ -319,7 +321,7 @@ class SharedDirectoryStore(MetadataStore):
         if not records:
             raise ValueError("append() needs at least one record")
         batch = encode_batch([encode_record(r) for r in records], timestamp_ms=now_ms(), epoch=0)
-        result: list = []
+        result: list[int | BaseException] = []
         self._pending.append((batch, len(records), result))
         try:
             async with self._write_lock:

@@ -28,7 +28,7 @@ class OsFiles:
         """``flags``: os.O_RDONLY/O_WRONLY/O_RDWR plus the O_* above; O_CLOEXEC is always added."""
         return os.open(path, flags | os.O_CLOEXEC, mode)
 
-    def write(self, fd: int, data) -> int:
+    def write(self, fd: int, data: bytes | bytearray | memoryview) -> int:
         return os.write(fd, data)
 
     def fsync(self, fd: int) -> None:

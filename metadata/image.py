@@ -30,8 +30,11 @@ from __future__ import annotations
 import logging
 import uuid
 
+from collections.abc import Callable, Mapping, Sequence
+from enum import IntEnum
+from typing import Any
+
 import trio
-from typing import Mapping, Sequence
 
 from authz.acl import (
     AccessControlEntry,
@@ -43,7 +46,7 @@ from authz.acl import (
     ResourceType,
 )
 from metadata.store import MetadataLogError, MetadataStore
-from metadata.records import AccessControlEntryRecord, ConfigRecord, RemoveAccessControlEntryRecord, RemoveUserScramCredentialRecord, UserScramCredentialRecord
+from metadata.records import AccessControlEntryRecord, ConfigRecord, MetadataRecord, RemoveAccessControlEntryRecord, RemoveUserScramCredentialRecord, UserScramCredentialRecord
 
 __all__ = ["MetadataImage", "binding_to_record", "record_to_binding"]
 
@@ -67,7 +70,7 @@ def binding_to_record(acl_id: uuid.UUID, b: AclBinding) -> AccessControlEntryRec
     )
 
 
-def _codes(enum_type) -> dict:
+def _codes(enum_type: type[IntEnum]) -> dict[int, Any]:
     return {member.value: member for member in enum_type}
 
 
@@ -102,7 +105,7 @@ class MetadataImage:
     and ``config_listeners`` are called with the config resources a batch touched.
     """
 
-    def __init__(self, store: MetadataStore, authorizer=None, snapshot_every: int = 10_000) -> None:
+    def __init__(self, store: MetadataStore, authorizer: Any = None, snapshot_every: int = 10_000) -> None:
         self.store = store
         self.authorizer = authorizer
         self.snapshot_every = snapshot_every
@@ -115,7 +118,7 @@ class MetadataImage:
         self.scram: dict[tuple[str, int], UserScramCredentialRecord] = {}
         self.offset = -1
         #: callables given the set of (resource type, name) a batch of ConfigRecords changed
-        self.config_listeners: list = []
+        self.config_listeners: list[Callable[[set[tuple[int, str]]], None]] = []
         self._offset_changed = trio.Event()
         self._snapshotting = False
         #: snapshots that failed (kgw_metadata_snapshot_failures_total), and when to try again
@@ -140,7 +143,7 @@ class MetadataImage:
             # no checkpoint since load() returned, so nothing committed since is missed
             self._subscription = self.store.subscribe(max_buffered_batches=100_000)
 
-    async def follow(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def follow(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Apply every batch of a shared log, the instance's own included, in log order
         (run for as long as the gateway runs; a no-op for a local store)."""
         task_status.started()
@@ -149,7 +152,7 @@ class MetadataImage:
         async for batch in self._subscription:
             self._apply_batch(batch.records, batch.last_offset)
 
-    def _apply(self, record) -> tuple[uuid.UUID | None, AclBinding | None, uuid.UUID | None]:
+    def _apply(self, record: MetadataRecord) -> tuple[uuid.UUID | None, AclBinding | None, uuid.UUID | None]:
         """Apply one record; returns (added id, its binding, removed id) for ACL records."""
         if isinstance(record, AccessControlEntryRecord):
             if record.id in self.acls:
@@ -161,10 +164,10 @@ class MetadataImage:
             self._acl_ids[binding] = record.id
             return record.id, binding, None
         if isinstance(record, RemoveAccessControlEntryRecord):
-            binding = self.acls.pop(record.id, None)
-            if binding is None:
+            removed = self.acls.pop(record.id, None)
+            if removed is None:
                 return None, None, None
-            self._acl_ids.pop(binding, None)
+            self._acl_ids.pop(removed, None)
             return None, None, record.id
         if isinstance(record, ConfigRecord):
             entries = self.configs.setdefault((record.resource_type, record.resource_name), {})
@@ -178,14 +181,14 @@ class MetadataImage:
             self.scram.pop((record.name, record.mechanism), None)
         return None, None, None
 
-    def _apply_batch(self, records: Sequence, last_offset: int) -> None:
+    def _apply_batch(self, records: Sequence[MetadataRecord], last_offset: int) -> None:
         added: dict[uuid.UUID, AclBinding] = {}
         removed: list[uuid.UUID] = []
         touched: set[tuple[int, str]] = set()
         for record in records:
             acl_id, binding, gone = self._apply(record)
-            if acl_id is not None:
-                added[acl_id] = binding  # type: ignore[assignment]
+            if acl_id is not None and binding is not None:
+                added[acl_id] = binding
             elif gone is not None:
                 if added.pop(gone, None) is None:
                     removed.append(gone)
@@ -202,7 +205,7 @@ class MetadataImage:
         self._offset_changed.set()
         self._offset_changed = trio.Event()
 
-    async def append(self, records: Sequence) -> int:
+    async def append(self, records: Sequence[MetadataRecord]) -> int:
         """Make ``records`` durable, then apply them to the image (and the authorizer).
 
         With a shared store the records are applied by :meth:`follow`, in log order among
@@ -221,13 +224,13 @@ class MetadataImage:
     async def write_acls(self, added: Mapping[uuid.UUID, AclBinding], removed: Sequence[uuid.UUID]) -> None:
         """The StandardAuthorizer's ``acl_writer``: returns once the change is durable and applied
         (the authorizer learns it through ``apply_changes``)."""
-        records = [binding_to_record(i, b) for i, b in added.items()]
+        records: list[MetadataRecord] = [binding_to_record(i, b) for i, b in added.items()]
         records += [RemoveAccessControlEntryRecord(id=i) for i in removed]
         await self.append(records)
 
-    def records(self) -> list:
+    def records(self) -> list[MetadataRecord]:
         """The whole image as records (a snapshot's content, and ``kgw metadata export``)."""
-        records: list = [binding_to_record(i, b) for i, b in self.acls.items()]
+        records: list[MetadataRecord] = [binding_to_record(i, b) for i, b in self.acls.items()]
         for (rtype, rname), entries in self.configs.items():
             records += [ConfigRecord(resource_type=rtype, resource_name=rname, name=k, value=v)
                         for k, v in entries.items()]

@@ -201,7 +201,8 @@ class KafkaMetadataStore(MetadataStore):
         deadline = time.monotonic() + self.settings.load_timeout_s
         while True:
             try:
-                return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5.0, cached=False)
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5.0, cached=False)
+                return int(low), int(high)
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 retriable = getattr(error, "retriable", lambda: False)() or "leader" in str(exc).lower()
@@ -263,9 +264,10 @@ class KafkaMetadataStore(MetadataStore):
         wanted = set(manifest.chunk_offsets)
         got = {o: v for o, v in self._read(consumer, self.settings.snapshots, min(wanted), max(wanted) + 1)
                if o in wanted}
-        if set(got) != wanted or any(v is None for v in got.values()):
+        chunks = [got.get(o) for o in manifest.chunk_offsets]
+        if set(got) != wanted or any(v is None for v in chunks):
             return None
-        data = b"".join(got[o] for o in manifest.chunk_offsets)
+        data = b"".join(c for c in chunks if c is not None)
         if hashlib.sha256(data).hexdigest() != manifest.sha256:
             return None
         try:

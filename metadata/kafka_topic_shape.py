@@ -25,7 +25,7 @@ log = logging.getLogger("kgw.metadata.kafka")
 def ensure_topics(admin: Any, s: KafkaTopicSettings, stop: threading.Event) -> None:
     """Create the two topics when missing; refuse a shape that breaks order or durability.
     ``stop`` set: give up waiting (the store is closing)."""
-    from confluent_kafka.admin import ConfigResource, NewTopic
+    from confluent_kafka.admin import ConfigResource, NewTopic  # type: ignore[attr-defined]
 
     metadata = admin.list_topics(timeout=s.load_timeout_s)
     brokers = len(metadata.brokers)
@@ -79,7 +79,7 @@ def ensure_topics(admin: Any, s: KafkaTopicSettings, stop: threading.Event) -> N
     if problems:
         raise MetadataTopicShapeError("the metadata topics break ordering or durability: " + "; ".join(problems))
 
-def _describe_configs(admin: Any, s: KafkaTopicSettings, stop: threading.Event, resources: list) -> dict[str, Any]:
+def _describe_configs(admin: Any, s: KafkaTopicSettings, stop: threading.Event, resources: list[Any]) -> dict[str, Any]:
     """Topic configs by name; retried while the broker asked does not know a topic just
     created by this or another instance yet (UNKNOWN_TOPIC_OR_PART)."""
     deadline = time.monotonic() + s.load_timeout_s

@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from metadata.directory_files import (
-    ACKNOWLEDGED_NAME, Segment, list_dir, read_acknowledged, segment_name, truncate_durably, write_acknowledged,
+    ACKNOWLEDGED_NAME, Segment, Snapshot, list_dir, read_acknowledged, segment_name, truncate_durably, write_acknowledged,
     write_and_fsync,
 )
 from metadata.files import OsFiles
-from metadata.record_batch import find_batch_after, scan_batches
+from metadata.record_batch import DecodedBatch, find_batch_after, scan_batches
 from metadata.records import (
     AccessControlEntryRecord, ConfigRecord, MetadataRecord, RemoveAccessControlEntryRecord,
     RemoveUserScramCredentialRecord, UserScramCredentialRecord,
@@ -71,7 +71,7 @@ class RepairPlan:
     marker: tuple[int, int] = (0, 0)
 
 
-def _newest_snapshot(files: OsFiles, snapshots) -> int:
+def _newest_snapshot(files: OsFiles, snapshots: Sequence[Snapshot]) -> int:
     for snap in reversed(snapshots):
         try:
             decode_snapshot(files.read_bytes(snap.path), snap.path.name)
@@ -81,11 +81,12 @@ def _newest_snapshot(files: OsFiles, snapshots) -> int:
     return 0
 
 
-def _records_of(batches) -> list[tuple[int, MetadataRecord | None]]:
+def _records_of(batches: Iterable[DecodedBatch]) -> list[tuple[int, MetadataRecord | None]]:
     out: list[tuple[int, MetadataRecord | None]] = []
     for batch in batches:
+        records: list[MetadataRecord | None]
         try:
-            records = decode_values((value for _, value in batch.entries), "set-aside batch")
+            records = [*decode_values((value for _, value in batch.entries), "set-aside batch")]
         except MetadataLogCorruptError:
             records = [None] * len(batch.entries)
         out.extend((batch.base_offset + i, record) for i, record in enumerate(records))
@@ -156,10 +157,11 @@ def plan_repair(files: OsFiles, path: Path) -> RepairPlan:
     else:
         plan.keep_next = expected
         if ack_next > expected:
-            missing = acknowledged is not None and acknowledged[1] not in {s.base_offset for s in segments}
+            gone = (acknowledged[1] if acknowledged is not None
+                    and acknowledged[1] not in {s.base_offset for s in segments} else None)
             plan.problem = (f"the log ends at offset {expected - 1} but offsets up to {ack_next - 1} were "
                             f"acknowledged ({ACKNOWLEDGED_NAME}): "
-                            + (f"segment {segment_name(acknowledged[1])} is missing" if missing
+                            + (f"segment {segment_name(gone)} is missing" if gone is not None
                                else "its last segment was cut"))
             plan.unreadable = (expected, ack_next)
     plan.marker = (plan.keep_next, _active_base(segments, plan))

@@ -9,7 +9,6 @@ very next SaslAuthenticate (and a deleted one is refused by it).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -33,7 +32,7 @@ def image_scram(image: Any) -> Mapping[tuple[str, int], UserScramCredentialRecor
     return getattr(image, "scram", None) or {}
 
 
-class ScramCredentialView(Mapping):
+class ScramCredentialView(Mapping[tuple[str, str], ScramCredential]):
     """``(name, mechanism text) -> ScramCredential``: YAML credentials, then the image's.
 
     What :class:`~gateway.sasl.ScramServer` looks credentials up in.  The image
@@ -47,7 +46,7 @@ class ScramCredentialView(Mapping):
         self.static = static
         self._image_source = image_source
         # record object -> its ScramCredential (records are immutable; a new record is a new object)
-        self._cache: weakref.WeakKeyDictionary | dict = {}
+        self._cache: dict[int, tuple[UserScramCredentialRecord, ScramCredential]] = {}
 
     def _dynamic(self) -> Mapping[tuple[str, int], UserScramCredentialRecord]:
         return image_scram(self._image_source())

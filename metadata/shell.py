@@ -79,7 +79,7 @@ def _uuid_text(value: uuid.UUID, uuid_format: UuidFormat) -> str:
 def _name(enum_cls: Any, code: int) -> str | int:
     """An enum code by its Kafka name (``READ``), or the number when no name is known."""
     try:
-        return enum_cls(code).name
+        return str(enum_cls(code).name)
     except ValueError:
         return code
 
@@ -229,16 +229,16 @@ class ShellSession:
         handler(args, out, err)
         return "".join(f"{o}\n" for o in out), "".join(f"{e}\n" for e in err)
 
-    def _cmd_help(self, args, out, err) -> None:
+    def _cmd_help(self, args: list[str], out: list[str], err: list[str]) -> None:
         out.extend(self.COMMANDS.values())
 
-    def _cmd_exit(self, args, out, err) -> None:
+    def _cmd_exit(self, args: list[str], out: list[str], err: list[str]) -> None:
         self.done = True
 
-    def _cmd_pwd(self, args, out, err) -> None:
+    def _cmd_pwd(self, args: list[str], out: list[str], err: list[str]) -> None:
         out.append(self.cwd)
 
-    def _cmd_cd(self, args, out, err) -> None:
+    def _cmd_cd(self, args: list[str], out: list[str], err: list[str]) -> None:
         if len(args) > 1:
             err.append("cd: one path at most")
             return
@@ -250,7 +250,7 @@ class ShellSession:
         else:
             self.cwd = target
 
-    def _cmd_ls(self, args, out, err) -> None:
+    def _cmd_ls(self, args: list[str], out: list[str], err: list[str]) -> None:
         paths = args or ["."]
         for i, arg in enumerate(paths):
             path = resolve(self.cwd, arg)
@@ -265,7 +265,7 @@ class ShellSession:
                 out.append(f"{path}:")
             out.extend(children)
 
-    def _cmd_cat(self, args, out, err) -> None:
+    def _cmd_cat(self, args: list[str], out: list[str], err: list[str]) -> None:
         if not args:
             err.append("cat: a path is needed")
         for arg in args:
@@ -289,7 +289,7 @@ class ShellSession:
             return None
         return sorted(nodes | {path})
 
-    def _cmd_find(self, args, out, err) -> None:
+    def _cmd_find(self, args: list[str], out: list[str], err: list[str]) -> None:
         for arg in args or ["."]:
             nodes = self._nodes_under(resolve(self.cwd, arg))
             if nodes is None:
@@ -297,7 +297,7 @@ class ShellSession:
             else:
                 out.extend(nodes)
 
-    def _cmd_tree(self, args, out, err) -> None:
+    def _cmd_tree(self, args: list[str], out: list[str], err: list[str]) -> None:
         if len(args) > 1:
             err.append("tree: one path at most")
             return

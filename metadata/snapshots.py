@@ -90,7 +90,7 @@ def _control_type(batch: DecodedBatch) -> int | None:
     key = batch.entries[0][0]
     if key is None or len(key) != CONTROL_KEY.size:
         return None
-    return CONTROL_KEY.unpack(key)[1]
+    return int(CONTROL_KEY.unpack(key)[1])
 
 
 def decode_snapshot(data: bytes, name: str) -> list[MetadataRecord]:

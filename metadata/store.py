@@ -86,8 +86,9 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import trio
 
@@ -96,6 +97,7 @@ from metadata.records import MetadataRecord
 
 
 logger = logging.getLogger("kgw.metadata.log")
+_R = TypeVar("_R")
 
 
 # ---------------------------------------------------------------------------
@@ -219,12 +221,12 @@ class Subscription:
             )
 
 
-async def handed_over(fn, *args):
+async def handed_over(fn: Callable[..., _R], *args: Any) -> _R:
     """``fn(*args)`` on a worker thread, its result held by the caller alone: Trio's worker
     thread keeps the result of its last job referenced until it next runs, and a loaded log
     (100k decoded records) kept alive that way cannot be freed once applied, so the memory of
     everything built after it cannot reuse it (issue 17)."""
-    box: list = []
+    box: list[_R] = []
     await trio.to_thread.run_sync(lambda: box.append(fn(*args)))
     return box.pop()
 

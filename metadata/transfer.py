@@ -28,9 +28,10 @@ import base64
 import binascii
 import uuid
 from collections.abc import Mapping, Sequence
+from enum import IntEnum
 from typing import Any
 
-from authz.acl import AclOperation, AclPermissionType, PatternType, ResourceType
+from authz.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from metadata.image import binding_to_record, record_to_binding
 from metadata.records import (
     AccessControlEntryRecord,
@@ -93,7 +94,7 @@ def _field(entry: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
-def _enum(enum_cls, entry: Mapping[str, Any], key: str, where: str, *, wild: tuple[str, ...] = ()) -> int:
+def _enum(enum_cls: type[IntEnum], entry: Mapping[str, Any], key: str, where: str, *, wild: tuple[str, ...] = ()) -> int:
     text = _field(entry, key, str, where)
     member = enum_cls.__members__.get(text)
     if member is None or member.name in ("ANY", "UNKNOWN", "MATCH", *wild):
@@ -159,7 +160,7 @@ def plan_import(target: Any, records: Sequence[MetadataRecord], *, replace: bool
     """The records that make ``target`` (a :class:`~metadata.image.MetadataImage`) hold
     what ``records`` (from :func:`parse_document`) describe.  ACLs are matched by binding
     (an ACL already present under another id is kept); configs and credentials by key."""
-    wanted_acls = {}
+    wanted_acls: dict[AclBinding, AccessControlEntryRecord] = {}
     wanted_configs: dict[tuple[int, str, str], str] = {}
     wanted_scram: dict[tuple[str, int], UserScramCredentialRecord] = {}
     for r in records:
