@@ -1,6 +1,6 @@
 """The audit event: one authorization decision as a JSON object, defined once.
 
-The gateway's audit publisher (``gateway.audit_publisher``) writes these objects to
+The gateway's audit publisher (``gateway.process.audit_publisher``) writes these objects to
 the audit topic; the Spark audit job (``kgw_spark.audit_job``) reads them with the
 schema :func:`spark_schema` derives from the same table, so the two cannot drift.
 """

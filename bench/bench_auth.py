@@ -8,7 +8,7 @@ Run by hand (not part of the test suite)::
     .venv/bin/python bench/bench_auth.py --json out.json
 
 1. **TLS handshakes.**  A trio server in this process accepts TCP connections on
-   127.0.0.1 and runs ``gateway.tls.tls_handshake`` on each (then writes one
+   127.0.0.1 and runs ``gateway.auth.tls.tls_handshake`` on each (then writes one
    byte and closes).  Clients run in a *separate process* (``--client`` mode,
    blocking ``ssl`` sockets on a few threads, no session resumption), so on a
    2-core machine the server has one core to itself.  Reported: completed
@@ -16,7 +16,7 @@ Run by hand (not part of the test suite)::
    (``time.process_time`` of this process): the rate one fully busy core
    would sustain.  Certificates are EC P-256, generated at start; runs with
    client_auth none (server-authenticated TLS) and required (mTLS).
-2. **SASL exchanges.**  ``gateway.sasl.SaslSession`` driven through
+2. **SASL exchanges.**  ``gateway.auth.sasl.SaslSession`` driven through
    SaslHandshake v1 + SaslAuthenticate v2 inside ``trio.run``, responses
    encoded with kio as on the wire.  The client side (an RFC 5802 client
    with its SaltedPassword cached, as real clients compute it once) runs in
@@ -52,10 +52,10 @@ import trio  # noqa: E402
 from authz.principal_builder import DefaultKafkaPrincipalBuilder, PlaintextAuthenticationContext  # noqa: E402
 from configs.gateway_config import ClientAuth, ListenerConfig, ListenerSaslConfig, ListenerTlsConfig, SecurityProtocol, UsersConfig
 from authz.credentials import PlainCredential, SaslMechanism
-from gateway.auth_failures import AuthenticationFailed  # noqa: E402
+from gateway.auth.failures import AuthenticationFailed  # noqa: E402
 from authz.credentials import CredentialStore, scram_credential
-from gateway.sasl import SaslSession
-from gateway.tls import server_ssl_context, tls_handshake  # noqa: E402
+from gateway.auth.sasl import SaslSession
+from gateway.auth.tls import server_ssl_context, tls_handshake  # noqa: E402
 from protocol.codecs import encode, request_class  # noqa: E402
 
 # --------------------------------------------------------------------------- TLS

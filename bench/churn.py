@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_common import HOST, rss_mb, scratch, start_kgw, start_tansu  # noqa: E402
 
-from gateway.dev_certs import write_dev_certs  # noqa: E402
-from gateway.upstream import encode_request  # noqa: E402
+from gateway.cli.dev_certs import write_dev_certs  # noqa: E402
+from gateway.upstream.cluster import encode_request  # noqa: E402
 from protocol.codecs import make, request_class  # noqa: E402
 
 METADATA = encode_request(3, 12, 1, make(request_class(3, 12), topics=(), allow_auto_topic_creation=False,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a small request's time goes inside kgw's data plane (gateway/data_plane.py).
+"""Where a small request's time goes inside kgw's data plane (gateway/connection/data_plane.py).
 
     .venv/bin/python bench/data_plane_steps.py [--requests 2000]
 
@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def serve(config: str, out: str) -> int:
     """The kgw side: wrap the steps, run ``kgw run``, write the timings when stopped."""
-    from gateway import cli, connection_core, data_plane
+    from gateway.cli import main as cli
+    from gateway.connection import core as connection_core, data_plane
 
     samples: dict[str, list[int]] = {k: [] for k in ("client event", "dispatch", "upstream event", "complete", "write")}
 

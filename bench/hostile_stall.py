@@ -36,7 +36,7 @@ from bench_common import (  # noqa: E402
 )
 from kio.static.primitive import i32, i64  # noqa: E402
 
-from gateway.upstream import encode_request  # noqa: E402
+from gateway.upstream.cluster import encode_request  # noqa: E402
 from protocol.codecs import make, nested, request_class  # noqa: E402
 
 AUTHZ = "authorizer: {class_name: authz.standard_authorizer:StandardAuthorizer}\n"

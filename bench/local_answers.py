@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_common import HOST, _recv_exact, create_topics, scratch, start_kgw, start_tansu  # noqa: E402
 
-from gateway.upstream import encode_request  # noqa: E402
+from gateway.upstream.cluster import encode_request  # noqa: E402
 from protocol.codecs import nested, request_class  # noqa: E402
 
 

@@ -9,7 +9,7 @@ Prints, as a share of all non-idle samples:
 * *inclusive* time per kgw function (gateway/, protocol/, authz/, configs/),
   i.e. the function or anything it called was on the stack;
 * *leaf by kgw caller*: the leaf frame attributed to the innermost kgw frame
-  below it, e.g. ``send_all (trio/_highlevel_socket.py) <- _flush (gateway/connection.py)``.
+  below it, e.g. ``send_all (trio/_highlevel_socket.py) <- _flush (gateway/connection/client.py)``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ of a client bootstrapped at the pump goes through it.  Pumps:
 
 * ``trio``: two Trio tasks per connection, ``receive_some``/``send_all``;
 * ``epoll``: one thread, a level-triggered ``select.epoll`` loop, ``os.read``/``os.write``
-  (what kgw's data plane, gateway/data_plane.py, is built on).
+  (what kgw's data plane, gateway/connection/data_plane.py, is built on).
 
 The gap between a pump's p50 and the direct p50 is what one Python hop in each
 direction costs on this machine before any work is done; compare it with kgw's

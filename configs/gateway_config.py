@@ -283,7 +283,7 @@ class IoConfig:
     data_plane_thread: bool = True
     """Serve the forwarding path of plain-TCP connections (client and upstream both
     without TLS) on one dedicated epoll thread instead of Trio's scheduler; TLS
-    connections and requests kgw answers itself stay on Trio.  See gateway/data_plane.py."""
+    connections and requests kgw answers itself stay on Trio.  See gateway/connection/data_plane.py."""
 
 
 @_model

@@ -1,6 +1,6 @@
 """Per-minute authorization audit counts from kgw's audit topic, with Spark.
 
-Reads the JSON audit events kgw publishes (gateway/audit_publisher.py)
+Reads the JSON audit events kgw publishes (gateway/process/audit_publisher.py)
 *through kgw* with the ``kgw`` data source, and writes
 
 * ``<out>/per_minute/`` -- Parquet, one row per (minute, principal, resource,

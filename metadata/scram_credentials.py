@@ -35,7 +35,7 @@ def image_scram(image: Any) -> Mapping[tuple[str, int], UserScramCredentialRecor
 class ScramCredentialView(Mapping[tuple[str, str], ScramCredential]):
     """``(name, mechanism text) -> ScramCredential``: YAML credentials, then the image's.
 
-    What :class:`~gateway.sasl.ScramServer` looks credentials up in.  The image
+    What :class:`~gateway.auth.sasl.ScramServer` looks credentials up in.  The image
     is fetched through ``image_source`` on every lookup (it is created after the
     listeners, and its table changes with every AlterUserScramCredentials).
     """

@@ -3,7 +3,7 @@
 ``protocol/`` is the sans-IO layer: it never imports ``gateway/``.  The APIs kgw
 answers itself (ACLs, configs, SCRAM users) reach the authorizer, the metadata
 image, kgw's own broker configs and what the upstream supports only through
-:class:`LocalServices`, which the gateway (``gateway.server.Gateway``) implements
+:class:`LocalServices`, which the gateway (``gateway.process.server.Gateway``) implements
 and tests implement with plain objects.
 """
 
@@ -67,7 +67,7 @@ class UpstreamQueries(Protocol):
     """What an enforcement may ask the upstream cluster before deciding (``Decision.then``).
 
     Every call is made with kgw's own identity, has the upstream request timeout and raises
-    ``UpstreamUnavailable`` (of ``gateway.upstream``) when it cannot be answered; its answer is
+    ``UpstreamUnavailable`` (of ``gateway.upstream.cluster``) when it cannot be answered; its answer is
     used to decide for the client, never forwarded to it as is."""
 
     @property

@@ -299,7 +299,7 @@ def _enforce_describe_tokens(auth: AuthHelper, header: RequestHeader, body: memo
 
 
 SPECS = (
-    # SASL is answered by the connection itself (gateway/sasl.py), never enforced or forwarded:
+    # SASL is answered by the connection itself (gateway/auth/sasl.py), never enforced or forwarded:
     # these specs only register the APIs and the versions kgw speaks
     ApiSpec(17, "SaslHandshake", inspect_decoded, versions=(0, 1)),
     ApiSpec(36, "SaslAuthenticate", inspect_decoded, versions=(0, 2)),

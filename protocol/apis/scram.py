@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-kgw's listeners authenticate SCRAM clients themselves (:mod:`gateway.sasl`), so
+kgw's listeners authenticate SCRAM clients themselves (:mod:`gateway.auth.sasl`), so
 the credentials are kgw's, not the upstream's: these APIs never reach the
 upstream.  There are two sources of SCRAM credentials:
 

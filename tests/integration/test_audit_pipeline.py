@@ -51,7 +51,7 @@ def _metadata_requests(bootstrap: str, plan: list[tuple[str, int]]) -> dict[str,
     """Send one Metadata v12 request per (topic, expected error); returns the error codes seen."""
     import trio
 
-    from gateway.upstream import open_upstream, parse_host_port, roundtrip
+    from gateway.upstream.cluster import open_upstream, parse_host_port, roundtrip
     from protocol.codecs import make, nested, request_class
 
     cls = request_class(3, 12)
@@ -181,7 +181,7 @@ def test_audit_job_on_a_secured_gateway_counts_failed_logins_and_renders(spark, 
     import pyarrow.parquet as pq
 
     from authz.credentials import SaslMechanism, ScramCredential
-    from gateway.dev_certs import write_dev_certs
+    from gateway.cli.dev_certs import write_dev_certs
     from kgw_spark.audit_job import check_access, kafka_options, main, nice_ticks, parse_args, run, source_options
     from tests.integration.test_spark_source import create_topic
     from tests.support.browser import rendered_text

@@ -52,7 +52,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
 from authz.credentials import PlainCredential, SaslMechanism, ScramCredential
-from gateway.upstream import encode_request
+from gateway.upstream.cluster import encode_request
 from protocol.codecs import decode_response, request_class
 from tests.support.kafka_data import authentication_error as _authentication_error
 from tests.support.kafka_data import confluent_errors

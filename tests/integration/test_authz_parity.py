@@ -33,7 +33,7 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, A
 
 from authz.credentials import PlainCredential
 from protocol.codecs import make, nested, request_class
-from gateway.upstream import encode_request
+from gateway.upstream.cluster import encode_request
 from tests.support.cluster import base_gateway_config, launch_gateway
 from tests.support.kafka import start_kafka
 from tests.support.raw_kafka import RawConnection

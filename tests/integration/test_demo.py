@@ -54,7 +54,7 @@ def test_demo_serves_the_sample_topic_and_stops_both_on_sigterm(tmp_path, broker
 
 
 def test_the_demo_runs_the_kafka_release_make_setup_resolves():
-    from gateway.demo import KAFKA_VERSION
+    from gateway.cli.demo import KAFKA_VERSION
     from tests.support.kafka import kafka_version
 
     assert KAFKA_VERSION == kafka_version()

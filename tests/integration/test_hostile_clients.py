@@ -27,7 +27,7 @@ from kio.records.writers import write_new_batch
 from kio.static.primitive import i8, i16, i32, i64
 
 from authz.credentials import PlainCredential
-from gateway.upstream import encode_request
+from gateway.upstream.cluster import encode_request
 from protocol.codecs import decode_response, make, nested, request_class
 from tests.support.acls import seed_acls
 from tests.support.ports import HOST, free_port, free_port_base

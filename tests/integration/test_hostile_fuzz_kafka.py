@@ -33,7 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.upstream import encode_request
+from gateway.upstream.cluster import encode_request
 from protocol.codecs import make, request_class
 from protocol.framing import NEED_DATA, FrameDecoder
 from tests.support.acls import seed_acls

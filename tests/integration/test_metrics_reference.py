@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.kafka_data import authentication_error, confluent_errors
 from tests.support.metrics_doc import documented
-from gateway.dev_certs import write_dev_certs
+from gateway.cli.dev_certs import write_dev_certs
 from tests.support.ports import HOST, free_port, free_port_base
 from tests.support.processes import wait_until
 

@@ -19,7 +19,7 @@ from datetime import timedelta
 import pytest
 from kio.static.primitive import i16, i32
 
-from gateway.upstream import encode_request
+from gateway.upstream.cluster import encode_request
 from protocol.codecs import decode_response, nested, request_class
 from tests.integration.test_hostile_clients import _batch, _create, _upstream_values
 

@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from cryptography import x509
 
-from gateway.dev_certs import issue, name
+from gateway.cli.dev_certs import issue, name
 from tests.support.cluster import TANSU_NODE_ID, base_gateway_config, launch_gateway
 from tests.support.ports import HOST, free_port, free_port_base
 from tests.support.processes import wait_until

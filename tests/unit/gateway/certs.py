@@ -1,4 +1,4 @@
-"""Test PKI generated at run time by the product's own generator (``gateway/dev_certs.py``,
+"""Test PKI generated at run time by the product's own generator (``gateway/cli/dev_certs.py``,
 ``kgw dev-certs``): CAs, server and client certificates.
 
 ``make_pki(tmp_dir)`` writes PEM files and returns their paths.  Keys are EC P-256 (fast to
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.dev_certs import Issued, issue, make_ca, name
+from gateway.cli.dev_certs import Issued, issue, make_ca, name
 
 __all__ = ["Issued", "Pki", "make_ca", "issue", "make_pki"]
 

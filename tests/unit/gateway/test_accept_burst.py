@@ -11,8 +11,8 @@ import trio
 import trio.testing
 
 from configs.yaml_reader import parse_config
-from gateway.listeners import accept_waiting
-from gateway.server import Gateway
+from gateway.process.listeners import accept_waiting
+from gateway.process.server import Gateway
 from tests.support.ports import free_port_base
 from tests.unit.gateway.fake_broker import FakeBroker
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.cli import main
+from gateway.cli.main import main
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -106,7 +106,7 @@ def test_every_example_in_the_help_runs_as_written(tmp_path, capsys):
     import re
     import shlex
 
-    from gateway.acl_cli import _EXAMPLES
+    from gateway.cli.acls import _EXAMPLES
 
     lines = [re.split(r"\s{3,}", line.strip())[0] for line in _EXAMPLES.splitlines() if line.startswith("  kgw acls")]
     assert len(lines) >= 8

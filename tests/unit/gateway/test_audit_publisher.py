@@ -1,4 +1,4 @@
-"""gateway/audit_publisher.py against a scripted broker: batching, JSON records,
+"""gateway/process/audit_publisher.py against a scripted broker: batching, JSON records,
 bounded buffer with counted drops, and an unreachable / hanging upstream that
 never blocks ``offer``."""
 
@@ -15,8 +15,8 @@ from kio.static.primitive import i16, i32
 from prometheus_client import generate_latest
 
 from authz.audit_events import audit_event
-from gateway.audit_publisher import AuditLogHandler, AuditPublisher, encode_batch
-from gateway.upstream import UpstreamCluster
+from gateway.process.audit_publisher import AuditLogHandler, AuditPublisher, encode_batch
+from gateway.upstream.cluster import UpstreamCluster
 from protocol.codecs import decode_request, encode, response_class
 from tests.unit.gateway.fake_broker import NODE_ID, FakeBroker
 
@@ -106,7 +106,7 @@ def test_event_json_fields():
 def test_a_failed_login_is_an_audit_event():
     """Failed authentications reach the audit stream (#15 item 9): the principal the client tried,
     the mechanism, its address and kgw's reason, as a denied AUTHENTICATE."""
-    from gateway.auth_failures import AuthFailureTracker
+    from gateway.auth.failures import AuthFailureTracker
 
     offered = []
     tracker = AuthFailureTracker()

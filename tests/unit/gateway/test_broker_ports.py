@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from configs.yaml_reader import parse_config
-from gateway.server import Gateway
+from gateway.process.server import Gateway
 from tests.support.ports import free_port_base
 from tests.unit.gateway.fake_broker import NODE_ID, FakeBroker
 

@@ -8,7 +8,7 @@ import socket
 import pytest
 import yaml
 
-from gateway.cli import main
+from gateway.cli.main import main
 from tests.unit.gateway.certs import make_pki
 
 

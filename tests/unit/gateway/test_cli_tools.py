@@ -13,7 +13,7 @@ from configs.yaml_reader import parse_config
 
 
 def _kgw(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], input=stdin, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gateway.cli.main", *args], input=stdin, capture_output=True, text=True,
                           timeout=60)
 
 
@@ -59,7 +59,7 @@ def test_the_collector_is_off_while_loading_and_back_on_once_ready():
     worker, must never serve with the collector off."""
     import gc
 
-    from gateway.cli import _quiet_collector_while_loading, _settle_garbage_collector
+    from gateway.cli.main import _quiet_collector_while_loading, _settle_garbage_collector
 
     thresholds = gc.get_threshold()
     try:

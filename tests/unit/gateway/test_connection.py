@@ -17,8 +17,8 @@ from kio.schema.produce.v8 import request as produce8
 from kio.static.primitive import i16, i32
 
 from configs.yaml_reader import parse_config
-from gateway.server import Gateway
-from gateway.upstream import encode_request
+from gateway.process.server import Gateway
+from gateway.upstream.cluster import encode_request
 from protocol.codecs import decode_response, request_class
 from protocol.framing import NEED_DATA, FrameDecoder
 from tests.support.ports import free_port_base
@@ -516,8 +516,8 @@ async def test_closed_connections_are_freed_at_once_not_by_the_cycle_collector(n
     the next full collection, which gc.freeze() and kgw's thresholds make rare."""
     import gc
 
-    from gateway.connection import ClientConnection
-    from gateway.data_plane_lane import Lane
+    from gateway.connection.client import ClientConnection
+    from gateway.connection.lane import Lane
 
     broker = await nursery.start(FakeBroker().serve)
     gateway, port = await _start_gateway(nursery, tmp_path, broker, data_plane)
@@ -541,7 +541,7 @@ async def test_closed_tls_connections_are_freed_at_once_not_by_the_cycle_collect
     import gc
     import ssl
 
-    from gateway.connection import ClientConnection
+    from gateway.connection.client import ClientConnection
     from tests.unit.gateway.certs import make_pki
 
     (tmp_path / "pki").mkdir()
@@ -587,7 +587,7 @@ async def test_connections_kgw_closes_are_freed_at_once(nursery, tmp_path, data_
     import gc
 
     from authz.credentials import PlainCredential
-    from gateway.connection import ClientConnection
+    from gateway.connection.client import ClientConnection
 
     broker = await nursery.start(FakeBroker().serve)
     broker.hang.add(16 if ending == "upstream_timeout" else -1)
@@ -629,8 +629,8 @@ async def test_upstream_tls_streams_are_freed_with_their_connection(nursery, tmp
     import gc
     import ssl
 
-    from gateway.connection import ClientConnection
-    from gateway.tls import server_ssl_context
+    from gateway.connection.client import ClientConnection
+    from gateway.auth.tls import server_ssl_context
     from configs.gateway_config import ListenerTlsConfig
     from tests.unit.gateway.certs import make_pki
 
@@ -657,7 +657,7 @@ async def test_upstream_tls_streams_are_freed_with_their_connection(nursery, tmp
 async def test_api_versions_is_answered_on_the_fast_path(setup, data_plane, monkeypatch):
     """ApiVersions on a forwarding connection is answered where the request is dispatched (on
     the data plane, without pausing the lane for the Trio task), in request order."""
-    from gateway.connection import ClientConnection
+    from gateway.connection.client import ClientConnection
 
     broker, _, port = setup
     slow: list[str] = []  # what the core asked a driver to await

@@ -1,6 +1,6 @@
 """What one hostile client can cost the others: the answers waiting for a client that never
 reads are bounded, and a client pipelining thousands of requests gets one quantum per turn of
-the data plane, not the whole loop (gateway/data_plane.py, gateway/connection_core.py)."""
+the data plane, not the whole loop (gateway/connection/data_plane.py, gateway/connection/core.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import threading
 import pytest
 import trio
 
-from gateway.connection_core import ConnectionCore
-from gateway.data_plane import _QUANTUM, DataPlane
-from gateway.upstream import encode_request
+from gateway.connection.core import ConnectionCore
+from gateway.connection.data_plane import _QUANTUM, DataPlane
+from gateway.upstream.cluster import encode_request
 from protocol.codecs import request_class
 from tests.unit.gateway.fake_broker import FakeBroker
 from tests.unit.gateway.test_connection import _forwarding_client, _start_gateway

@@ -1,6 +1,6 @@
 """The connection core driven with bytes only: no socket, no event loop.  What it decides for
 each request - forward, answer, close, or await something named - is the whole of kgw's
-per-request logic; both drivers only perform what it asks (gateway/connection_core.py)."""
+per-request logic; both drivers only perform what it asks (gateway/connection/core.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 from kio.static.primitive import i16, i32
 
 from configs.yaml_reader import parse_config
-from gateway.connection_core import (
+from gateway.connection.core import (
     CloseConnection, ConnectionCore, NeedLocalAnswer, NeedSpace, NeedUpstream, NeedVersions, NeedWorker,
 )
-from gateway.server import Gateway
-from gateway.upstream import encode_request
+from gateway.process.server import Gateway
+from gateway.upstream.cluster import encode_request
 from protocol.apis.api_versions import VersionRange, advertised_versions
 from protocol.apis.registry import LOCAL_KEYS, REGISTRY
 from protocol.codecs import request_class

@@ -48,8 +48,8 @@ from kio.static.primitive import i16, i32
 from authz.acl import AccessControlEntry, AclBinding, AclOperation, AclPermissionType, PatternType, ResourcePattern
 from authz.acl import ResourceType
 from configs.yaml_reader import parse_config
-from gateway.server import Gateway
-from gateway.upstream import encode_request
+from gateway.process.server import Gateway
+from gateway.upstream.cluster import encode_request
 from protocol.apis.api_versions import KIO_VERSIONS
 from protocol.apis.registry import REGISTRY
 from protocol.codecs import decode_request, encode, make, nested, request_class, response_class

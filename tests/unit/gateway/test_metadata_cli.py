@@ -16,7 +16,7 @@ from pathlib import Path
 
 import trio
 
-from gateway.cli import main
+from gateway.cli.main import main
 from metadata.directory import DirectoryMetadataStore
 from metadata.image import MetadataImage
 from metadata.records import ConfigRecord, UserScramCredentialRecord
@@ -174,7 +174,7 @@ def test_the_shell_on_a_terminal_prompts_with_the_working_directory(tmp_path, ca
     d = str(tmp_path / "md")
     _seed(capsys, d)
     kgw = Path(sys.executable).parent / "kgw"
-    argv = [str(kgw)] if kgw.exists() else [sys.executable, "-m", "gateway.cli"]
+    argv = [str(kgw)] if kgw.exists() else [sys.executable, "-m", "gateway.cli.main"]
     leader, follower = pty.openpty()
     proc = subprocess.Popen([*argv, "metadata", "shell", "--data-dir", d], stdin=follower, stdout=follower,
                             stderr=follower, close_fds=True)

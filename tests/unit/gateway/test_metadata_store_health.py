@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 from kio.static.primitive import i8, i32
 
-import gateway.server as server_module
+import gateway.process.server as server_module
 from metadata.directory import DirectoryMetadataStore
 from protocol.codecs import request_class
 from tests.support.sim_disk import SimDisk

@@ -1,5 +1,5 @@
 """PLAIN logins: a known-good password costs no stretched hash, and a flood of wrong passwords
-from one host cannot starve another host's login (gateway/password_hashing.py)."""
+from one host cannot starve another host's login (gateway/auth/password_hashing.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from authz.credentials import PlainCredential, VerifiedPasswords
-from gateway.password_hashing import PasswordHashing
+from gateway.auth.password_hashing import PasswordHashing
 from protocol.codecs import request_class
 from tests.unit.gateway.fake_broker import FakeBroker
 from tests.unit.gateway.test_connection import RawClient, _start_gateway

@@ -23,9 +23,9 @@ from authz.principal_builder import (
 )
 from configs.gateway_config import ListenerConfig, ListenerSaslConfig, SecurityProtocol, UsersConfig
 from authz.credentials import PlainCredential, SaslMechanism
-from gateway.auth_failures import AuthFailureTracker
-from gateway.sasl import PlainServer, SaslSession, SaslState, SaslStateError
-from gateway.sasl_scram import SaslFailure, ScramServer
+from gateway.auth.failures import AuthFailureTracker
+from gateway.auth.sasl import PlainServer, SaslSession, SaslState, SaslStateError
+from gateway.auth.scram import SaslFailure, ScramServer
 from authz.credentials import scram_credential
 from protocol.codecs import decode_response, encode, request_class
 

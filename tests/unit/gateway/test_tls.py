@@ -15,8 +15,8 @@ import trio
 import trio.testing
 
 from configs.gateway_config import ClientAuth, ListenerTlsConfig, UpstreamTlsConfig
-from gateway.auth_failures import AuthenticationFailed
-from gateway.tls import TlsConfigError, client_ssl_context, peer_certificate, server_ssl_context, tls_handshake
+from gateway.auth.failures import AuthenticationFailed
+from gateway.auth.tls import TlsConfigError, client_ssl_context, peer_certificate, server_ssl_context, tls_handshake
 from tests.unit.gateway.certs import Pki, make_pki
 
 

@@ -1,4 +1,4 @@
-"""A TLS listener's certificate is replaced without a restart (gateway/tls_reload.py): on
+"""A TLS listener's certificate is replaced without a restart (gateway/auth/tls_reload.py): on
 demand (SIGHUP) or when its files change; files that do not make a context leave the one in
 use.  Runs the gateway's own listeners and TlsCertificates; handshakes over memory streams
 show which certificate a new connection gets."""
@@ -16,9 +16,9 @@ import trio.testing
 from cryptography import x509
 
 from configs.yaml_reader import parse_config
-from gateway.dev_certs import issue, name
-from gateway.server import Gateway
-from gateway.tls import tls_handshake
+from gateway.cli.dev_certs import issue, name
+from gateway.process.server import Gateway
+from gateway.auth.tls import tls_handshake
 from tests.unit.gateway.certs import Pki, make_pki
 
 

@@ -1,8 +1,8 @@
 """kgw's own upstream identity: TLS and the client side of SASL against an in-process broker.
 
 The "broker" is a trio server that speaks Kafka framing for ApiVersions,
-SaslHandshake and SaslAuthenticate and delegates SASL to gateway/sasl.py's
-server side (:class:`~gateway.sasl.SaslSession`), the code kgw's own listeners
+SaslHandshake and SaslAuthenticate and delegates SASL to gateway/auth/sasl.py's
+server side (:class:`~gateway.auth.sasl.SaslSession`), the code kgw's own listeners
 use.  After authentication it answers one more ApiVersions, so a test can see
 that the returned stream is usable.
 """
@@ -21,9 +21,9 @@ from kio.schema.errors import ErrorCode
 from authz.principal_builder import DefaultKafkaPrincipalBuilder, PlaintextAuthenticationContext
 from configs.gateway_config import ClientAuth, ListenerTlsConfig, SecurityProtocol, UpstreamConfig, UpstreamSaslConfig, UpstreamTlsConfig, UsersConfig
 from authz.credentials import PlainCredential, SaslMechanism, ScramCredential
-from gateway.sasl import SaslSession
-from gateway.tls import server_ssl_context
-from gateway.upstream_security import ScramClient, UpstreamSecurityError, _Wire, wrap_upstream
+from gateway.auth.sasl import SaslSession
+from gateway.auth.tls import server_ssl_context
+from gateway.upstream.security import ScramClient, UpstreamSecurityError, _Wire, wrap_upstream
 from protocol.codecs import decode_request, encode, request_class, response_class
 from protocol.framing import NEED_DATA, FrameDecoder, FrameError
 from protocol.headers import parse_request_header, response_header

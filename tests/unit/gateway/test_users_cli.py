@@ -9,7 +9,7 @@ import io
 import trio
 
 from authz.credentials import SaslMechanism, scram_keys
-from gateway.cli import main
+from gateway.cli.main import main
 from metadata.directory import DirectoryMetadataStore
 from metadata.image import MetadataImage
 

@@ -3,7 +3,7 @@ family's samples kept together as the exposition format requires."""
 
 from __future__ import annotations
 
-from gateway.workers import _merge_exposition
+from gateway.process.workers import _merge_exposition
 
 W0 = """# HELP kgw_connections_active Open client connections
 # TYPE kgw_connections_active gauge

@@ -13,7 +13,7 @@ import pytest
 import trio
 import yaml
 
-from gateway.cli import EXIT_DAMAGED_LOG, main
+from gateway.cli.main import EXIT_DAMAGED_LOG, main
 from metadata.directory import DirectoryMetadataStore
 from metadata.files import OsFiles
 from metadata.record_batch import scan_batches

@@ -23,8 +23,8 @@ from metadata.records import ConfigRecord
 from configs.config_model import ConfigSource, ConfigType
 from configs.yaml_reader import parse_config
 from configs.policies import PolicyViolation, load_policies
-from gateway.dynamic_config import INSTANCE_SCOPE, DynamicConfigManager
-from gateway.server import Gateway
+from gateway.process.dynamic_config import INSTANCE_SCOPE, DynamicConfigManager
+from gateway.process.server import Gateway
 from protocol.codecs import nested, request_class
 from tests.support.ports import free_port_base
 from tests.unit.gateway.fake_broker import NODE_ID

@@ -165,13 +165,13 @@ def test_a_length_prefix_split_across_reads_costs_no_copy_of_the_next_read():
 
 
 def test_the_drivers_receive_functions_copy_once(tmp_path):
-    """The data plane's and the Trio driver's reads (gateway/data_plane.py, gateway/connection.py)
+    """The data plane's and the Trio driver's reads (gateway/connection/data_plane.py, gateway/connection/client.py)
     over a real socket, a 16 MiB frame written in 100 KiB pieces: the decoder copies it at most
     once whichever path took the bytes."""
     import socket
     import threading
 
-    from gateway.data_plane import _receive
+    from gateway.connection.data_plane import _receive
 
     wire = _wire(16 << 20)
     for trusted in (True, False):

@@ -26,8 +26,8 @@ from authz.principal import KafkaPrincipal
 from authz.principal_builder import DefaultKafkaPrincipalBuilder, PlaintextAuthenticationContext
 from authz.credentials import SaslMechanism, ScramCredential
 from configs.gateway_config import UsersConfig
-from gateway.sasl import SaslSession
-from gateway.upstream_security import ScramClient
+from gateway.auth.sasl import SaslSession
+from gateway.upstream.security import ScramClient
 from metadata.scram_credentials import MetadataCredentialStore
 from protocol.apis import scram
 from protocol.apis.base import RequestInfo

@@ -5,7 +5,7 @@
     ``listening: NAME HOST:PORT`` per listener, ``admin: URL`` and ``ready`` on
     stdout; logs go to stderr.  SIGINT/SIGTERM stop it cleanly (exit 0); SIGHUP
     reloads the TLS listeners' certificates.  A bad configuration (the YAML's
-    problems, then gateway/preflight.py's) exits with status 2 and one line per
+    problems, then gateway/process/preflight.py's) exits with status 2 and one line per
     problem naming its key path.  A directory metadata log that lost acknowledged
     records exits with status 2 too, one line naming the file, the offset and
     ``kgw metadata recover`` (an operator's decision: restarting cannot fix it).
@@ -55,7 +55,7 @@ _SERVING: dict = {}
 async def _run_until_signal(gateway_main) -> None:
     """Run until SIGINT/SIGTERM.  The first signal drains the gateway (stop accepting and
     reading, answer what is in flight, at most ``limits.drain_timeout_ms``), a second one
-    stops it at once.  SIGHUP reloads the TLS listeners' certificates (gateway/tls_reload.py)."""
+    stops it at once.  SIGHUP reloads the TLS listeners' certificates (gateway/auth/tls_reload.py)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(gateway_main)
@@ -89,7 +89,7 @@ async def _run_until_signal(gateway_main) -> None:
 
 
 async def _serve(config, on_started=None, *, worker_index: int | None = None) -> None:
-    from gateway.server import Gateway
+    from gateway.process.server import Gateway
 
     _quiet_collector_while_loading()
     gateway = Gateway(config, worker_index=worker_index)
@@ -154,12 +154,12 @@ def _quiet_collector_while_loading() -> None:
 
 def _checked_config(path: str, *, ports: bool):
     """The configuration at ``path`` and the problems start-up would meet with it (the
-    YAML's, else the machine's: gateway/preflight.py), each line ``FILE: key.path: problem``."""
+    YAML's, else the machine's: gateway/process/preflight.py), each line ``FILE: key.path: problem``."""
     try:
         config = load_config(path)
     except ConfigError as e:
         return None, str(e).splitlines()
-    from gateway.preflight import problems
+    from gateway.process.preflight import problems
 
     return config, [f"{path}: {p}" for p in problems(config, ports=ports)]
 
@@ -205,7 +205,7 @@ def cmd_run(args) -> int:
     if errors:
         print("kgw: invalid configuration:\n" + "\n".join(errors), file=sys.stderr)
         return 2
-    if args.worker_index is not None:  # one of `kgw run --workers N` (gateway/workers.py)
+    if args.worker_index is not None:  # one of `kgw run --workers N` (gateway/process/workers.py)
         configure_logging(config.logging.level, config.logging.format, config.audit.log_level,
                           worker=args.worker_index)
         config = _as_worker(config)
@@ -223,7 +223,7 @@ def cmd_run(args) -> int:
         if problem:
             print(f"kgw: --workers {args.workers}: {problem}", file=sys.stderr)
             return 2
-        from gateway.workers import run_workers
+        from gateway.process.workers import run_workers
 
         return _run_main(lambda: run_workers(args.config, config, args.workers, _say), own_signals=True)
     return _run_main(lambda: _serve(config))
@@ -249,7 +249,7 @@ def _workers_problem(config, count: int) -> str | None:
 
 def _as_worker(config):
     """A worker's admin endpoint is private (127.0.0.1, any port): the supervisor serves the
-    configured one and aggregates the workers' (gateway/workers.py)."""
+    configured one and aggregates the workers' (gateway/process/workers.py)."""
     from dataclasses import replace
 
     from configs.gateway_config import AdminConfig
@@ -281,8 +281,8 @@ def _run_main(main_fn, *, own_signals: bool = False) -> int:
             return 0
         if os.environ.get("KGW_DEBUG"):
             raise
-        from gateway.preflight import AuthorizerConfigError
-        from gateway.tls import TlsConfigError
+        from gateway.process.preflight import AuthorizerConfigError
+        from gateway.auth.tls import TlsConfigError
 
         if all(isinstance(e, (ConfigError, TlsConfigError, AuthorizerConfigError)) for e in causes):
             # found at start-up after all (a file changed since the preflight): still a configuration error
@@ -345,7 +345,7 @@ def cmd_demo(args) -> int:
 
 async def _demo(config, broker_port: int, topic: str, broker: str = "tansu", kafka_libs: str | None = None,
                 data_dir: Path | None = None) -> None:
-    from gateway import demo
+    from gateway.cli import demo
 
     async with trio.open_nursery() as nursery:
         if broker == "kafka":
@@ -393,7 +393,7 @@ def cmd_hash_password(args) -> int:
 
     from authz.credentials import PlainCredential, SaslMechanism, ScramCredential
 
-    from gateway.users_cli import read_password
+    from gateway.cli.users import read_password
 
     password = read_password(args.user)
     if password is None:
@@ -414,7 +414,7 @@ def cmd_hash_password(args) -> int:
 
 
 def cmd_dev_certs(args) -> int:
-    from gateway.dev_certs import FILES, write_dev_certs
+    from gateway.cli.dev_certs import FILES, write_dev_certs
 
     directory = Path(args.dir)
     present = [f for f in FILES if (directory / f).exists()]
@@ -502,9 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _tool_commands():
-    from gateway import acl_cli, metadata_cli, users_cli
+    from gateway.cli import acls, metadata_log, users
 
-    return [acl_cli.register, metadata_cli.register, users_cli.register]
+    return [acls.register, metadata_log.register, users.register]
 
 
 #: Subcommand registrars of tooling modules (``kgw acls``).

@@ -34,7 +34,7 @@ import time
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gateway.tls import TlsConfigError, certificate_expiry
+from gateway.auth.tls import TlsConfigError, certificate_expiry
 
 __all__ = ["TlsCertificates"]
 

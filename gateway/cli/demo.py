@@ -13,7 +13,7 @@ from pathlib import Path
 
 import trio
 
-from gateway.upstream import UpstreamCluster, roundtrip
+from gateway.upstream.cluster import UpstreamCluster, roundtrip
 from protocol.codecs import request_class
 
 __all__ = ["KAFKA_VERSION", "create_topic", "default_kafka_libs", "start_kafka", "start_tansu"]

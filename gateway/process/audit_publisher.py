@@ -61,7 +61,7 @@ from kio.static.primitive import i8, i16, i32, i64
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from authz.audit_events import audit_event
-from gateway.upstream import UpstreamCluster, UpstreamUnavailable, open_upstream, roundtrip
+from gateway.upstream.cluster import UpstreamCluster, UpstreamUnavailable, open_upstream, roundtrip
 from protocol.apis.api_versions import KIO_VERSIONS
 from protocol.codecs import CodecError, make, nested, request_class
 

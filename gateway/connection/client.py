@@ -4,14 +4,14 @@ Each accepted socket gets one :class:`ClientConnection` and one nursery, routed 
 upstream broker (the bootstrap servers for a listener's bootstrap port, node N for the port
 that stands for node N), whose connection is opened on the first request to forward.  The
 *client reader* (:meth:`ClientConnection.run`) frames requests and hands each to the core's
-one dispatcher (:meth:`~gateway.connection_core.ConnectionCore.dispatch`), performing the
-:class:`~gateway.connection_core.Await` it may return (:meth:`ClientConnection.perform`);
+one dispatcher (:meth:`~gateway.connection.core.ConnectionCore.dispatch`), performing the
+:class:`~gateway.connection.core.Await` it may return (:meth:`ClientConnection.perform`);
 the *upstream reader* frames responses and lets the core complete them.  Responses leave
 from the head of ``pending`` only (:meth:`_flush`, one sender at a time), so in request
 order, local answers included.
 
 When the upstream opens and both sockets are plain TCP, the connection moves to the data
-plane (:mod:`gateway.connection_handoff`); the Trio task then only performs what the lane
+plane (:mod:`gateway.connection.handoff`); the Trio task then only performs what the lane
 cannot and closes the sockets at the end.  Any failure is a :class:`CloseConnection`,
 logged once and ending this connection only; every forwarded request has a deadline.
 """
@@ -26,18 +26,18 @@ import trio
 from protocol.apis.base import ApiSpec, RefuseRequest
 from protocol.framing import NEED_DATA, FrameDecoder
 from protocol.headers import RequestHeader
-from gateway.authentication import AuthenticationFailed
-from gateway.fast_io import discard_until_closed, fast_stream, half_close, receive, trio_deadline
-from gateway.tls import release_tls_stream
-from gateway.upstream import UpstreamUnavailable
-from gateway.upstream_queries import settle
-from gateway.connection_core import (
+from gateway.auth.authentication import AuthenticationFailed
+from gateway.connection.fast_io import discard_until_closed, fast_stream, half_close, receive, trio_deadline
+from gateway.auth.tls import release_tls_stream
+from gateway.upstream.cluster import UpstreamUnavailable
+from gateway.connection.upstream_queries import settle
+from gateway.connection.core import (
     Await, CloseConnection, ConnectionCore, NeedLocalAnswer, NeedLogin, NeedRawToken, NeedSpace, NeedUpstream,
     NeedUpstreamAnswer, NeedVersions, NeedWorker, Slot, next_request,
 )
-from gateway.connection_handoff import serve_in_data_plane
-from gateway.connection_upstream import UpstreamSide
-from gateway import connection_sasl
+from gateway.connection.handoff import serve_in_data_plane
+from gateway.connection.upstream_side import UpstreamSide
+from gateway.connection import sasl_steps
 
 __all__ = ["ClientConnection", "CloseConnection"]
 
@@ -175,17 +175,17 @@ class ClientConnection(ConnectionCore):
             await self.perform(outcome, to_upstream)
 
     async def perform(self, step: Await, to_upstream: list) -> None:
-        """Do what the core asked for (:class:`~gateway.connection_core.Await`) and hand it the
+        """Do what the core asked for (:class:`~gateway.connection.core.Await`) and hand it the
         result, until the request is forwarded or answered.  I/O only: every decision is the
-        core's.  Also runs a data-plane lane's awaits (gateway/connection_handoff.py)."""
+        core's.  Also runs a data-plane lane's awaits (gateway/connection/handoff.py)."""
         outcome: bool | Await = step
         while isinstance(outcome, Await):
             step = outcome
             if isinstance(step, NeedLogin):
-                await connection_sasl.login(self, step.session, step.header, step.spec, step.body)
+                await sasl_steps.login(self, step.session, step.header, step.spec, step.body)
                 return
             if isinstance(step, NeedRawToken):
-                await connection_sasl.raw_token(self, step.session, step.token)
+                await sasl_steps.raw_token(self, step.session, step.token)
                 return
             if isinstance(step, (NeedUpstream, NeedLocalAnswer, NeedUpstreamAnswer)) and to_upstream:
                 await self._send_upstream(to_upstream)  # earlier requests must not wait behind this one

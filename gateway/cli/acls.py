@@ -27,7 +27,7 @@ from authz.acl import (
     ResourcePatternFilter,
     ResourceType,
 )
-from gateway.metadata_backend import metadata_location, offline_image
+from gateway.process.metadata_backend import metadata_location, offline_image
 from metadata.store import MetadataLogError
 from metadata.shell import dump_records, render
 from authz.standard_authorizer import StandardAuthorizer

@@ -107,7 +107,7 @@ class ListenerLimit(Protocol):
 
 class ConfigOwner(Protocol):
     """What the dynamic configs read and change of the gateway that owns them
-    (``gateway.server.Gateway``; tests give plain objects)."""
+    (``gateway.process.server.Gateway``; tests give plain objects)."""
 
     @property
     def config(self) -> GatewayConfig: ...

@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-A client connection is served by one of two drivers: :class:`gateway.connection.ClientConnection`
-on Trio (TLS, authentication, everything that must ``await``) or :mod:`gateway.data_plane`'s
+A client connection is served by one of two drivers: :class:`gateway.connection.client.ClientConnection`
+on Trio (TLS, authentication, everything that must ``await``) or :mod:`gateway.connection.data_plane`'s
 epoll thread (plain TCP once the upstream is open).  Both move bytes; neither decides
 anything.  :class:`ConnectionCore` holds what they share, and touches no event loop:
 
@@ -38,7 +38,7 @@ from typing import Any
 from authz.authorizer import AuthorizableRequestContext, AuthorizerNotReadyError
 from authz.principal import ANONYMOUS
 from gateway.logs import fields
-from gateway.sasl import SaslStateError
+from gateway.auth.sasl import SaslStateError
 from protocol.apis.api_versions import MalformedApiVersions, client_software, request_error
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RefuseRequest, RequestInfo
 from protocol.apis.registry import REGISTRY
@@ -183,7 +183,7 @@ class Slot:
 class ConnectionCore:
     """Slots, order, dispatch, deadlines and completion of one client connection (no I/O).
 
-    ``listener`` is the :class:`gateway.listeners.Listener` the client came in on (its
+    ``listener`` is the :class:`gateway.process.listeners.Listener` the client came in on (its
     ``gateway``, ``name``, ``node_map`` and ``security_protocol`` are used).
     """
 

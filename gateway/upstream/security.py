@@ -8,7 +8,7 @@ client is.  :func:`wrap_upstream` runs on a freshly connected TCP stream, before
 any client byte is forwarded, and returns the stream to use from then on:
 
 * ``security_protocol`` SSL / SASL_SSL: a TLS client handshake with
-  :func:`gateway.tls.client_ssl_context` (TLS 1.2+, the configured CA bundle or
+  :func:`gateway.auth.tls.client_ssl_context` (TLS 1.2+, the configured CA bundle or
   the system store, hostname checking unless ``check_hostname: false``, an
   optional client certificate for mTLS).  ``host`` is the name the broker
   certificate is checked against (SNI too).
@@ -34,7 +34,7 @@ any client byte is forwarded, and returns the stream to use from then on:
 Every failure raises :class:`UpstreamSecurityError` whose message says what
 went wrong (upstream address, mechanism, user name, the broker's error
 message); it never contains the password or any key.  The caller
-(``gateway.upstream.open_upstream``) turns it into ``UpstreamUnavailable``
+(``gateway.upstream.cluster.open_upstream``) turns it into ``UpstreamUnavailable``
 and closes the socket; on failure this function does *not* close ``stream``.
 
 The requests use correlation ids 1, 2, … on the fresh connection; nothing
@@ -61,7 +61,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_writer
 from kio.static.primitive import i16, i32
 
-from gateway.tls import client_ssl_context, release_tls_stream
+from gateway.auth.tls import client_ssl_context, release_tls_stream
 from protocol.codecs import CodecError, decode_response, encode, request_class
 from protocol.framing import NEED_DATA, FrameDecoder
 from protocol.headers import read_uvarint

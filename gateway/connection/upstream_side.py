@@ -2,7 +2,7 @@
 the first request to forward, the task that reads the broker's responses and lets the core
 complete them, and the deadline of the oldest request in flight.
 
-One :class:`UpstreamSide` per :class:`gateway.connection.ClientConnection`, which it serves by
+One :class:`UpstreamSide` per :class:`gateway.connection.client.ClientConnection`, which it serves by
 composition: each call is given the connection, whose core state it reads and writes
 (``in_flight``, ``heavy``, ``_upstream``) and which it asks to flush what completed.  It keeps
 no reference to the connection (a cycle would leave every closed connection to the cycle
@@ -19,9 +19,9 @@ from typing import Any
 
 import trio
 
-from gateway.connection_core import CloseConnection, Slot
-from gateway.fast_io import FastStream, fast_stream, receive, trio_deadline
-from gateway.upstream import UpstreamUnavailable
+from gateway.connection.core import CloseConnection, Slot
+from gateway.connection.fast_io import FastStream, fast_stream, receive, trio_deadline
+from gateway.upstream.cluster import UpstreamUnavailable
 from protocol.framing import FrameDecoder
 
 __all__ = ["UpstreamSide"]

@@ -17,7 +17,7 @@ import sys
 import trio
 
 from authz.credentials import SaslMechanism, ScramCredential
-from gateway.metadata_backend import metadata_location, offline_image
+from gateway.process.metadata_backend import metadata_location, offline_image
 from metadata.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 from metadata.scram_credentials import MECHANISM_CODE_OF, MECHANISM_CODES
 from metadata.store import MetadataLogError

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import trio
 
-from gateway.metadata_backend import metadata_location, offline_image
+from gateway.process.metadata_backend import metadata_location, offline_image
 from metadata.directory_files import acquire_lock
 from metadata.files import OS_FILES
 from metadata.repair import RepairPlan, apply_repair, plan_repair

@@ -1,5 +1,5 @@
-"""Handing a Trio connection to the data plane (:mod:`gateway.data_plane`) and serving what the
-lane sends back: what the core asked to await for a request (an :class:`~gateway.connection_core.Await`:
+"""Handing a Trio connection to the data plane (:mod:`gateway.connection.data_plane`) and serving what the
+lane sends back: what the core asked to await for a request (an :class:`~gateway.connection.core.Await`:
 a local answer, a question to the upstream, a login step...) and its *heavy* responses run on
 the connection's Trio task while the lane is paused, then the lane resumes with what they
 produced.  The connection's state is touched by
@@ -13,9 +13,9 @@ import math
 
 import trio
 
-from gateway.connection_core import CloseConnection
-from gateway.data_plane_lane import Lane
-from gateway.fast_io import FastStream
+from gateway.connection.core import CloseConnection
+from gateway.connection.lane import Lane
+from gateway.connection.fast_io import FastStream
 from protocol.framing import FrameDecoder
 
 __all__ = ["serve_in_data_plane"]

@@ -19,18 +19,18 @@ from prometheus_client.core import CounterMetricFamily
 
 from authz.authorizer import AuthorizerServerInfo, Endpoint
 from metadata.image import MetadataImage
-from gateway.metadata_backend import open_metadata_store
-from gateway.admin_http import serve_admin
-from gateway.preflight import build_authorizer
-from gateway.auth_failures import AuthFailureTracker
-from gateway.data_plane import DataPlane
-from gateway.dynamic_config import DynamicConfigManager
-from gateway.listeners import CreationRate, Listener, resolve_host_limits
-from gateway.metrics import GatewayMetrics
-from gateway.password_hashing import PasswordHashing
-from gateway.tls_reload import TlsCertificates
-from gateway.upstream import UpstreamCluster
-from gateway.upstream_queries import UpstreamQueries
+from gateway.process.metadata_backend import open_metadata_store
+from gateway.process.admin_http import serve_admin
+from gateway.process.preflight import build_authorizer
+from gateway.auth.failures import AuthFailureTracker
+from gateway.connection.data_plane import DataPlane
+from gateway.process.dynamic_config import DynamicConfigManager
+from gateway.process.listeners import CreationRate, Listener, resolve_host_limits
+from gateway.process.metrics import GatewayMetrics
+from gateway.auth.password_hashing import PasswordHashing
+from gateway.auth.tls_reload import TlsCertificates
+from gateway.upstream.cluster import UpstreamCluster
+from gateway.connection.upstream_queries import UpstreamQueries
 from protocol.apis.api_versions import ApiVersionsAnswers, VersionRange, advertised_versions
 from protocol.apis.registry import LOCAL_KEYS, REGISTRY
 from authz.credentials import CredentialStore
@@ -50,7 +50,7 @@ class StartedGateway:
 
 class Gateway:
     def __init__(self, config, *, worker_index: int | None = None) -> None:
-        #: one of ``kgw run --workers N`` (gateway/workers.py): listener ports are bound with
+        #: one of ``kgw run --workers N`` (gateway/process/workers.py): listener ports are bound with
         #: SO_REUSEPORT and a directory metadata log is shared with the other workers
         self.worker_index = worker_index
         self.reuse_port = worker_index is not None
@@ -72,7 +72,7 @@ class Gateway:
         #: topic names and ids learned from upstream responses (requests by topic id)
         self.topic_ids = TopicCache()
         #: stretched password hashes: the threads that verify them, each client host's turn, and
-        #: the passwords verified recently (gateway/password_hashing.py)
+        #: the passwords verified recently (gateway/auth/password_hashing.py)
         self.password_hashing = PasswordHashing(config.limits.password_hash_threads,
                                                 config.limits.password_hashes_per_host)
         self.listeners = [Listener(self, lc) for lc in config.listeners]
@@ -82,7 +82,7 @@ class Gateway:
         self._ready: dict[str, bool] = {lc.name: False for lc in config.listeners}
         self._advertised: dict[int, VersionRange] | None = None
         self._advertised_for = None
-        #: the epoll thread serving plain-TCP connections (gateway/data_plane.py); None: all on Trio
+        #: the epoll thread serving plain-TCP connections (gateway/connection/data_plane.py); None: all on Trio
         self.data_plane: DataPlane | None = None
         #: the worker thread that inspects, authorizes and merges large requests and responses, so
         #: one huge request never holds the loops that serve every other connection
@@ -118,7 +118,7 @@ class Gateway:
         self.connection_rates_per_host = CreationRate(rate) if rate else None
 
     def advertised_node_ids(self):
-        """The upstream node ids this gateway stands for (gateway.dynamic_config.ConfigOwner)."""
+        """The upstream node ids this gateway stands for (gateway.process.dynamic_config.ConfigOwner)."""
         return self.cluster.nodes.keys()
 
     def connection_limit_of(self, host: str) -> int:
@@ -239,7 +239,7 @@ class Gateway:
                 await nursery.start(self._run_data_plane)
             await nursery.start(self.cluster.refresh_forever, cfg.upstream.metadata_max_age_ms / 1000)
             if cfg.audit.publish:
-                from gateway.audit_publisher import AuditPublisher
+                from gateway.process.audit_publisher import AuditPublisher
 
                 publisher = AuditPublisher(
                     cfg.audit.topic, max_buffered=cfg.audit.max_buffered,

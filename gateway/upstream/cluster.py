@@ -30,7 +30,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_writer
 from kio.static.primitive import i16, i32
 
-from gateway.upstream_security import UpstreamSecurityError, wrap_upstream
+from gateway.upstream.security import UpstreamSecurityError, wrap_upstream
 from protocol.apis.api_versions import KIO_VERSIONS, VersionRange
 from protocol.codecs import CodecError, decode_response, encode, request_class
 from protocol.framing import NEED_DATA, FrameDecoder

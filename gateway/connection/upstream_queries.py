@@ -21,7 +21,7 @@ topics exist (the internal topics of a streams topology), who owns a token.
 * existence is always asked now: what kgw remembers of the upstream is never a
   reason to let the broker create, change or reveal anything.
 
-Every failure is :class:`~gateway.upstream.UpstreamUnavailable`; the connection
+Every failure is :class:`~gateway.upstream.cluster.UpstreamUnavailable`; the connection
 that asked is then closed (the client retries), nothing is forwarded on a guess.
 """
 
@@ -34,8 +34,8 @@ from typing import Any
 
 import trio
 
-from gateway.connection_core import CloseConnection
-from gateway.upstream import UpstreamCluster, UpstreamUnavailable, open_upstream, roundtrip
+from gateway.connection.core import CloseConnection
+from gateway.upstream.cluster import UpstreamCluster, UpstreamUnavailable, open_upstream, roundtrip
 from protocol.apis.api_versions import KIO_VERSIONS
 from protocol.apis.base import Decision, RefuseRequest
 from protocol.codecs import CodecError, make, nested, request_class

@@ -1,7 +1,7 @@
 """The SCRAM-SHA-256/512 server (RFC 5802, RFC 7677, Kafka's ``ScramSaslServer``): the
 exchange of client-first, server-first, client-final and server-final messages, with
 constant-time proof checks, the ``tokenauth`` extension refused, and plausible stable salts
-for unknown users (RFC 5802 §9).  :mod:`gateway.sasl` frames it in Kafka's SASL APIs.
+for unknown users (RFC 5802 §9).  :mod:`gateway.auth.sasl` frames it in Kafka's SASL APIs.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ level-triggered epoll loop and no task switches:
 Where the dispatcher must wait for something (SASL, the ACL and config APIs kgw
 answers itself, a question to the upstream, a version table not yet fetched, a
 request too large to inspect here without stalling every other lane) it returns
-an :class:`~gateway.connection_core.Await`: the lane pauses (neither socket is
+an :class:`~gateway.connection.core.Await`: the lane pauses (neither socket is
 read), the Await goes to the connection's Trio task, which performs it with its
 I/O redirected to the lane (``ClientConnection.perform``), and the lane resumes
 with whatever that produced.  A response too large to complete here is *heavy*:
@@ -74,8 +74,8 @@ from typing import Callable
 
 import trio
 
-from gateway.connection_core import CloseConnection, next_request
-from gateway.data_plane_lane import Lane
+from gateway.connection.core import CloseConnection, next_request
+from gateway.connection.lane import Lane
 from protocol.framing import NEED_DATA, FrameDecoder
 
 __all__ = ["DataPlane", "Lane", "on_trio_thread"]

@@ -1,4 +1,4 @@
-"""A client connection while the data plane serves it (:mod:`gateway.data_plane`): its two file
+"""A client connection while the data plane serves it (:mod:`gateway.connection.data_plane`): its two file
 descriptors, their frame decoders, the bytes queued each way, the epoll masks, and the counters
 the epoll thread adds up every tick.  Touched by the epoll thread while the lane runs, by the
 connection's Trio task only while it is paused."""
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable
 from protocol.framing import FrameDecoder
 
 if TYPE_CHECKING:
-    from gateway.connection_core import ConnectionCore
+    from gateway.connection.core import ConnectionCore
 
 __all__ = ["Lane"]
 

@@ -67,7 +67,7 @@ PLAIN with ``password_hash`` runs PBKDF2 (100 000 iterations by default, tens
 of milliseconds) inside ``handle``, unless the password was verified recently for
 the same stored hash (``VerifiedPasswords``); :meth:`SaslSession.needs_hashing`
 tells the connection which requests hash, and those run on a worker thread in
-their client host's turn (``gateway/password_hashing.py``).  SCRAM costs a few
+their client host's turn (``gateway/auth/password_hashing.py``).  SCRAM costs a few
 HMACs and runs inline.
 """
 
@@ -86,8 +86,8 @@ from authz.principal_builder import AuthenticationContext, KafkaPrincipalBuilder
 from authz.credentials import PlainCredential, SaslMechanism, VerifiedPasswords
 from protocol.codecs import response_class
 from authz.credentials import CredentialStore
-from gateway.sasl_scram import ScramServer, _default_nonce
-from gateway.sasl_scram import SaslFailure
+from gateway.auth.scram import ScramServer, _default_nonce
+from gateway.auth.scram import SaslFailure
 
 log = logging.getLogger("kgw.sasl")
 

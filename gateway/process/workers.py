@@ -22,7 +22,7 @@ every worker binds each listener port with ``SO_REUSEPORT``.
   the supervisor exits once they have.  A second signal kills them.  Workers run in their own
   sessions and drain by themselves when their supervisor is gone (killed).
 * **Certificates.** SIGHUP is passed to every ready worker, which reloads its TLS listeners'
-  certificates (gateway/tls_reload.py); a worker started later reads the files anyway.
+  certificates (gateway/auth/tls_reload.py); a worker started later reads the files anyway.
 
 Start-up prints what ``kgw run`` prints (``listening:``, ``admin:``, ``ready``) once every
 worker is ready; a worker that exits before that stops the start with its status.
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from gateway.admin_http import http_get, readiness_body, response, serve_http
+from gateway.process.admin_http import http_get, readiness_body, response, serve_http
 
 __all__ = ["run_workers"]
 
@@ -73,7 +73,7 @@ class Supervisor:
         self.stopping = False
 
     def _argv(self, index: int) -> list[str]:
-        return [sys.executable, "-m", "gateway.cli", "run", "--config", self.config_path, "--worker-index", str(index)]
+        return [sys.executable, "-m", "gateway.cli.main", "run", "--config", self.config_path, "--worker-index", str(index)]
 
     async def _run_one(self, worker: _Worker, failed_start: trio.Event) -> None:
         backoff = _BACKOFF_FIRST_S
@@ -83,7 +83,7 @@ class Supervisor:
             # its own session: a signal to the supervisor's group reaches the workers only as the
             # supervisor passes it on, so none exits before the supervisor knows it is stopping.
             # (Not PR_SET_PDEATHSIG: it fires when the *thread* that forked exits.)  A worker
-            # whose supervisor is gone stops by itself (gateway.cli, _watch_supervisor).
+            # whose supervisor is gone stops by itself (gateway.cli.main, _watch_supervisor).
             process = await trio.lowlevel.open_process(self._argv(worker.index), stdout=subprocess.PIPE,
                                                        start_new_session=True)
             worker.process = process

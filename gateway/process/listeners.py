@@ -38,9 +38,9 @@ from typing import Any
 
 import trio
 
-from gateway.connection import ClientConnection
-from gateway.authentication import ListenerSecurity
-from gateway.data_plane import on_trio_thread
+from gateway.connection.client import ClientConnection
+from gateway.auth.authentication import ListenerSecurity
+from gateway.connection.data_plane import on_trio_thread
 from gateway.logs import fields
 
 
@@ -139,7 +139,7 @@ def _bind(host: str, port: int, reuse_port: bool = False) -> trio.socket.SocketT
 
 
 class Listener:
-    def __init__(self, gateway: Any, config) -> None:  # gateway: gateway.server.Gateway
+    def __init__(self, gateway: Any, config) -> None:  # gateway: gateway.process.server.Gateway
         self.gateway = gateway
         self.config = config
         self.name: str = config.name
@@ -205,7 +205,7 @@ class Listener:
             self._node_ports[node_id] = port
         log.info("listener %s serves upstream broker %d at %s:%d", self.name, node_id, self.config.host, port)
         # Bound and listening now, so the response that revealed the broker may advertise it;
-        # accepting starts on Trio (this may run on the data-plane thread, see gateway/data_plane.py).
+        # accepting starts on Trio (this may run on the data-plane thread, see gateway/connection/data_plane.py).
         if on_trio_thread():
             self._nursery.start_soon(self._accept_loop, sock, node_id)
         else:

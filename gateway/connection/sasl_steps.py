@@ -13,7 +13,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from authz.principal import ANONYMOUS
-from gateway.connection_core import CloseConnection
+from gateway.connection.core import CloseConnection
 from protocol.apis.base import ApiSpec
 from protocol.codecs import CodecError, decode_request, encode, make, response_class
 from protocol.headers import RequestHeader
@@ -40,7 +40,7 @@ async def login(conn, session, header: RequestHeader, spec: ApiSpec, body: memor
         response, close = _not_a_sasl_listener(header), False
     elif session.needs_hashing(header.api_key, request):
         # a stretched password hash: on a worker thread, in this client host's turn
-        # (gateway/password_hashing.py); a password verified recently needs none
+        # (gateway/auth/password_hashing.py); a password verified recently needs none
         response, close = await conn.gw.password_hashing.run(
             conn.peer[0], session.handle, header.api_key, header.api_version, request)
     else:

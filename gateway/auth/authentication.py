@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Each :class:`~gateway.listeners.Listener` owns one :class:`ListenerSecurity`
+Each :class:`~gateway.process.listeners.Listener` owns one :class:`ListenerSecurity`
 built from its YAML: the TLS context (SSL, SASL_SSL), the principal builder
 (Kafka's default or a class named in YAML), and the credential store (SASL).
 For every accepted connection :meth:`ListenerSecurity.accept` runs, inside that
@@ -13,12 +13,12 @@ connection's own task so a slow handshake delays nobody else:
 * PLAINTEXT and SSL connections get their principal at once from the builder
   (``User:ANONYMOUS``, or the certificate's mapped DN);
 * SASL connections get a :class:`ConnectionAuth` holding a
-  :class:`~gateway.sasl.SaslSession`; until it completes only ApiVersions,
+  :class:`~gateway.auth.sasl.SaslSession`; until it completes only ApiVersions,
   SaslHandshake and SaslAuthenticate are accepted (``gate``), and the principal
   is the exact object the builder returns (KIP-111: custom fields survive).
 
 Failures are logged once with the client address, counted per address
-(:class:`~gateway.auth_failures.AuthFailureTracker`) and close only that
+(:class:`~gateway.auth.failures.AuthFailureTracker`) and close only that
 connection.
 """
 
@@ -36,10 +36,10 @@ from authz.principal_builder import (
     SslAuthenticationContext,
     load_principal_builder,
 )
-from gateway.auth_failures import AuthenticationFailed, AuthFailureTracker
-from gateway.sasl import SaslSession
+from gateway.auth.failures import AuthenticationFailed, AuthFailureTracker
+from gateway.auth.sasl import SaslSession
 from metadata.scram_credentials import MetadataCredentialStore
-from gateway.tls import peer_certificate, release_tls_stream, server_ssl_context, tls_files_fingerprint, tls_handshake
+from gateway.auth.tls import peer_certificate, release_tls_stream, server_ssl_context, tls_files_fingerprint, tls_handshake
 
 
 __all__ = ["ConnectionAuth", "ListenerSecurity", "AuthenticationFailed"]

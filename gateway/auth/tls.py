@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 :func:`server_ssl_context` turns a listener's ``tls`` section into an
 ``ssl.SSLContext`` when the listener starts, and again when its files change or
-on SIGHUP (``gateway/tls_reload.py``); every connection accepted meanwhile
+on SIGHUP (``gateway/auth/tls_reload.py``); every connection accepted meanwhile
 shares it.  The policy is fixed:
 
 * TLS 1.2 and 1.3 only (Kafka's default ``ssl.enabled.protocols``); a client
@@ -24,7 +24,7 @@ naming the file and the listener setting, because OpenSSL's own messages
 
 :func:`tls_handshake` wraps an accepted stream in ``trio.SSLStream`` and runs
 the handshake under a deadline.  Every failure becomes
-:class:`~gateway.auth_failures.AuthenticationFailed` with a message an operator
+:class:`~gateway.auth.failures.AuthenticationFailed` with a message an operator
 can act on.  To tell "a PLAINTEXT client dialled a TLS port" from other
 failures, the transport is wrapped in :class:`_FirstBytes`, which keeps the
 first bytes the client sent: a TLS client starts with a handshake record
@@ -45,7 +45,7 @@ from pathlib import Path
 import trio
 from cryptography import x509
 
-from gateway.auth_failures import AuthenticationFailed
+from gateway.auth.failures import AuthenticationFailed
 
 __all__ = [
     "TlsConfigError",

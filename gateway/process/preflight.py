@@ -23,7 +23,7 @@ from typing import Any
 from authz.loader import AuthorizerLoadError, load_authorizer
 from authz.principal_builder import PrincipalBuilderLoadError, load_principal_builder
 from configs.policies import PolicyLoadError, load_policies
-from gateway.tls import TlsConfigError, client_ssl_context, server_ssl_context
+from gateway.auth.tls import TlsConfigError, client_ssl_context, server_ssl_context
 
 __all__ = ["Problem", "build_authorizer", "problems"]
 
@@ -129,7 +129,7 @@ def _upstream_problems(up: Any) -> list[Problem]:
 
 
 def _host_limit_problems(overrides: Any) -> list[Problem]:
-    from gateway.listeners import resolve_host_limits
+    from gateway.process.listeners import resolve_host_limits
 
     found = []
     for host, count in overrides.items():

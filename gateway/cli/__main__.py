@@ -1,0 +1,7 @@
+"""``python -m gateway.cli``: the ``kgw`` command."""
+
+import sys
+
+from gateway.cli.main import main
+
+sys.exit(main())
