@@ -20,7 +20,7 @@ are "all supported", as on a broker with an empty ``authorizer.class.name``.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from authz.acl import (
     CLUSTER_NAME,
@@ -40,7 +40,7 @@ _ALLOWED = AuthorizationResult.ALLOWED
 
 #: Actions are immutable and the same few recur on every request (one topic, WRITE, ...):
 #: built once, reused, and the table emptied when it grows past its bound.
-_ACTIONS: dict[tuple, Action] = {}
+_ACTIONS: dict[tuple[Any, ...], Action] = {}
 _ACTIONS_MAX = 65536
 
 
@@ -60,10 +60,11 @@ class AuthHelper:
     __slots__ = ("authorizer", "context", "connection_state", "topics", "gateway_state")
 
     def __init__(self, authorizer: Authorizer | None, context: AuthorizableRequestContext | None,
-                 connection_state: dict | None = None, topics: TopicCache | None = None,
-                 gateway_state: dict | None = None) -> None:
+                 connection_state: dict[Any, Any] | None = None, topics: TopicCache | None = None,
+                 gateway_state: dict[Any, Any] | None = None) -> None:
         self.authorizer = authorizer
-        self.context = context
+        #: None only without an authorizer, when nothing reads it (``enabled`` is False)
+        self.context: AuthorizableRequestContext = context  # type: ignore[assignment]
         #: state an API keeps for the client connection (e.g. Fetch sessions); lives as long as it
         self.connection_state = connection_state if connection_state is not None else {}
         #: state an API keeps across connections, for the whole gateway (e.g. the members of a
@@ -115,7 +116,7 @@ class AuthHelper:
         results = self.authorizer.authorize(self.context, actions)
         return authorized_operations_bitfield(op for op, r in zip(supported, results) if r is _ALLOWED)
 
-    def topic_name(self, topic_id) -> str | None:
+    def topic_name(self, topic_id: Any) -> str | None:
         """The name of a topic id learned from upstream responses, or None."""
         return self.topics.name_of(topic_id)
 

@@ -44,7 +44,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 
-def check_lengths(cls: type, buf, offset: int) -> int:
+def check_lengths(cls: type, buf: memoryview | bytes, offset: int) -> int:
     """Walk an encoded ``cls`` at ``buf[offset:]``; the offset after it.
 
     Raises:
@@ -57,7 +57,7 @@ def check_lengths(cls: type, buf, offset: int) -> int:
         raise LengthError(f"{cls.__name__}: the request ends inside a field") from None
 
 
-def _uvarint(buf, off: int) -> tuple[int, int]:
+def _uvarint(buf: memoryview | bytes, off: int) -> tuple[int, int]:
     result = shift = 0
     for i in range(5):
         b = buf[off + i]
@@ -68,7 +68,7 @@ def _uvarint(buf, off: int) -> tuple[int, int]:
     raise LengthError("an unsigned varint longer than 5 bytes")
 
 
-def _length(buf, off: int, end: int, flexible: bool, wide: bool, what: str,
+def _length(buf: memoryview | bytes, off: int, end: int, flexible: bool, wide: bool, what: str,
             nullable: bool = True) -> tuple[int, int]:
     """A string/bytes length or an array count (-1 for null), checked against what remains;
     null only where the schema allows it, and no other negative value."""
@@ -88,7 +88,7 @@ def _length(buf, off: int, end: int, flexible: bool, wide: bool, what: str,
     return n, off
 
 
-def _tags(buf, off: int, end: int) -> int:
+def _tags(buf: memoryview | bytes, off: int, end: int) -> int:
     if buf[off] == 0:
         return off + 1
     count, off = _uvarint(buf, off)
@@ -116,7 +116,7 @@ def _tags(buf, off: int, end: int) -> int:
 
 
 @lru_cache(maxsize=None)
-def _plan(cls: type) -> tuple[tuple[bool, tuple], int | None]:
+def _plan(cls: type) -> tuple[tuple[bool, tuple[Any, ...]], int | None]:
     """(flexible, steps) of ``cls`` and its fixed encoded size (None when it varies)."""
     flexible = bool(getattr(cls, "__flexible__", False))
     steps: list[tuple[str, Any]] = []
@@ -153,7 +153,7 @@ def _plan(cls: type) -> tuple[tuple[bool, tuple], int | None]:
             outer = _unwrap_optional(f.type)
             inner = outer.__args__[0] if hasattr(outer, "__args__") else None
             elem = ("skip", _FIXED[kind]) if kind in _FIXED else ("var", (kind != "string", _nullable(inner)))
-            steps.append(("array", (elem, _FIXED.get(kind), _nullable(f.type))))
+            steps.append(("array", (elem, _FIXED.get(kind) if kind is not None else None, _nullable(f.type))))
             fixed = None
         elif kind in _FIXED:
             skip(_FIXED[kind])
@@ -178,7 +178,7 @@ def _unwrap_optional(tp: Any) -> Any:
     return tp
 
 
-def _walk(plan: tuple[bool, tuple], buf, off: int, end: int) -> int:
+def _walk(plan: tuple[bool, tuple[Any, ...]], buf: memoryview | bytes, off: int, end: int) -> int:
     flexible, steps = plan
     for kind, arg in steps:
         if kind == "skip":

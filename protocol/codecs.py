@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import types
 import typing
+from typing import Any
 from functools import lru_cache
 
 from kio.index import load_request_schema, load_response_schema
@@ -41,16 +42,16 @@ response_class = lru_cache(maxsize=None)(load_response_schema)
 
 
 @lru_cache(maxsize=None)
-def _reader(cls: type):
+def _reader(cls: Any) -> Any:
     return entity_reader(cls)
 
 
 @lru_cache(maxsize=None)
-def _writer(cls: type):
+def _writer(cls: Any) -> Any:
     return entity_writer(cls)
 
 
-def _decode(cls: type, buf: memoryview | bytes, offset: int):
+def _decode(cls: Any, buf: memoryview | bytes, offset: int) -> Any:
     try:
         value, _size = _reader(cls)(buf, offset)
     except (SerialError, ValueError, IndexError, UnicodeDecodeError, OverflowError) as e:
@@ -60,7 +61,7 @@ def _decode(cls: type, buf: memoryview | bytes, offset: int):
     return value
 
 
-def decode_request(api_key: int, version: int, buf: memoryview | bytes, offset: int):
+def decode_request(api_key: int, version: int, buf: memoryview | bytes, offset: int) -> Any:
     """Decode a request body.  Bytes after the body are ignored, as a Kafka broker
     ignores them (librdkafka sends some), and the original frame is forwarded.
 
@@ -75,17 +76,17 @@ def decode_request(api_key: int, version: int, buf: memoryview | bytes, offset: 
     return _decode(cls, buf, offset)
 
 
-def decode_response(api_key: int, version: int, buf: memoryview | bytes, offset: int):
+def decode_response(api_key: int, version: int, buf: memoryview | bytes, offset: int) -> Any:
     return _decode(response_class(api_key, version), buf, offset)
 
 
-def encode(entity: object) -> bytes:
+def encode(entity: Any) -> bytes:
     out = io.BytesIO()
-    _writer(type(entity))(out, entity)
+    _writer(entity.__class__)(out, entity)
     return out.getvalue()
 
 
-def nested(cls: type, field_name: str) -> type:
+def nested(cls: Any, field_name: str) -> Any:
     """The entity class of a (tuple-of-, optional) entity field: ``nested(ProduceResponse, "responses")``."""
     tp = typing.get_type_hints(cls)[field_name]
     while True:
@@ -99,7 +100,7 @@ def nested(cls: type, field_name: str) -> type:
 
 
 
-def make(cls: type, **values):
+def make(cls: Any, **values: Any) -> Any:
     """Build ``cls`` from the fields it has among ``values`` (versions differ in fields)."""
     names = cls.__dataclass_fields__
     return cls(**{k: v for k, v in values.items() if k in names})

@@ -106,7 +106,7 @@ class FrameDecoder:
         self._chunk: memoryview = memoryview(b"")  # unread tail of the last chunk
         self._pos = 0
         #: a frame being assembled from an untrusted peer: the views of what arrived
-        self._parts: list | None = None
+        self._parts: list[bytes | memoryview] = []
         #: a frame being assembled from a trusted peer: allocated at its size
         self._buffer: bytearray | None = None
         self._fill = 0  # bytes of the frame being assembled received so far
@@ -202,7 +202,7 @@ class FrameDecoder:
                 self._parts, self._fill = [prefix], len(prefix)
                 return NEED_DATA
             (size,) = _LEN.unpack_from(prefix, 0)
-            self._parts, self._fill = None, 0
+            self._parts, self._fill = [], 0
             try:
                 self._check(size)
             except FrameError:
@@ -222,12 +222,13 @@ class FrameDecoder:
             self._pos = pos + take
         if take < need:
             return NEED_DATA
+        frame: bytes | bytearray
         if self._buffer is not None:
             frame = self._buffer
             self._buffer = None
         else:
             frame = b"".join(self._parts)
-            self._parts = None
+            self._parts = []
             self.allocated += len(frame)
             self.copied += len(frame)
         self._fill = self._size = 0

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Sequence
 __all__ = ["merge_in_request_order", "pop_first"]
 
 
-def pop_first(entries: list, pred: Callable[[Any], bool]):
+def pop_first(entries: list[Any], pred: Callable[[Any], bool]) -> Any:
     """Remove and return the first of ``entries`` matching ``pred`` (None if none does)."""
     for i, e in enumerate(entries):
         if pred(e):
@@ -22,12 +22,12 @@ def pop_first(entries: list, pred: Callable[[Any], bool]):
 
 
 def merge_in_request_order(
-    items: Iterable,
-    upstream: Sequence,
+    items: Iterable[Any],
+    upstream: Sequence[Any],
     *,
     denied_entry: Callable[[Any], Any | None],
     same: Callable[[Any, Any], bool],
-) -> tuple:
+) -> tuple[Any, ...]:
     """One response entry per request item, in request order.
 
     Args:

@@ -43,6 +43,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from typing import Any
 import re2
 
 from authz.acl import AclOperation, ResourceType
@@ -65,7 +66,7 @@ class InvalidRegex(ValueError):
     """The expression does not compile (Kafka: INVALID_REGULAR_EXPRESSION)."""
 
 
-def compile_regex(regex: str):
+def compile_regex(regex: str) -> Any:
     """The compiled expression; :class:`InvalidRegex` with Kafka's message when it does not compile."""
     try:
         return re2.compile(regex, _OPTIONS)
@@ -74,7 +75,7 @@ def compile_regex(regex: str):
         raise InvalidRegex(f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {reason}.") from None
 
 
-def authorized(auth, matched: tuple[str, ...]) -> tuple[str, ...]:
+def authorized(auth: Any, matched: tuple[str, ...]) -> tuple[str, ...]:
     """The matched topics the principal may DESCRIBE, with the coordinator's flags."""
     if not matched:
         return ()
@@ -108,7 +109,7 @@ class RegexSubscriptions:
         self._compiled: OrderedDict[str, object] = OrderedDict()
         self._matched: OrderedDict[tuple[str, int], tuple[str, ...]] = OrderedDict()
 
-    def compiled(self, regex: str):
+    def compiled(self, regex: str) -> Any:
         """:func:`compile_regex`, remembered (the last :data:`_CACHE_MAX` expressions)."""
         with self._lock:
             pattern = self._compiled.get(regex)
@@ -121,7 +122,7 @@ class RegexSubscriptions:
                 self._compiled.popitem(last=False)
         return pattern
 
-    def matching(self, regex: str, names, listing_version: int) -> tuple[str, ...]:
+    def matching(self, regex: str, names: Any, listing_version: int) -> tuple[str, ...]:
         """The names of a listing the whole expression matches, sorted (remembered per listing)."""
         key = (regex, listing_version)
         with self._lock:
@@ -137,8 +138,8 @@ class RegexSubscriptions:
         return found
 
     @classmethod
-    def of(cls, gateway_state: dict) -> RegexSubscriptions:
-        table = gateway_state.get("regex_subscriptions")
+    def of(cls, gateway_state: dict[Any, Any]) -> RegexSubscriptions:
+        table: RegexSubscriptions | None = gateway_state.get("regex_subscriptions")
         if table is None:
             table = gateway_state.setdefault("regex_subscriptions", cls())
         return table

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from typing import Any
 from collections import Counter
 from functools import lru_cache
 
@@ -58,10 +59,10 @@ def _unwrap(tp: object) -> tuple[object, bool]:
 
 
 @lru_cache(maxsize=None)
-def _plan(cls: type) -> tuple[tuple[str, str | None, type | None, bool], ...]:
+def _plan(cls: Any) -> tuple[tuple[str, str | None, type | None, bool], ...]:
     """For each relevant field: (name, resource kind or None, nested class or None, is_sequence)."""
     hints = typing.get_type_hints(cls)
-    plan = []
+    plan: list[tuple[str, str | None, type | None, bool]] = []
     for f in dataclasses.fields(cls):
         inner, seq = _unwrap(hints[f.name])
         if inner in _PHANTOM_KINDS:
@@ -78,8 +79,8 @@ def touched_resources(entity: object) -> TouchedResources:
     return dict(counts)
 
 
-def _walk(entity: object, counts: Counter[tuple[str, str]]) -> None:
-    for name, kind, nested, seq in _plan(type(entity)):
+def _walk(entity: Any, counts: Counter[tuple[str, str]]) -> None:
+    for name, kind, nested, seq in _plan(entity.__class__):
         value = getattr(entity, name)
         if value is None:
             continue

@@ -20,21 +20,21 @@ class WalkError(Exception):
     pass
 
 
-def i16(buf, off: int) -> tuple[int, int]:
+def i16(buf: memoryview | bytes, off: int) -> tuple[int, int]:
     try:
         return _I16.unpack_from(buf, off)[0], off + 2
     except struct.error:
         raise WalkError("buffer ends inside an int16") from None
 
 
-def i32(buf, off: int) -> tuple[int, int]:
+def i32(buf: memoryview | bytes, off: int) -> tuple[int, int]:
     try:
         return _I32.unpack_from(buf, off)[0], off + 4
     except struct.error:
         raise WalkError("buffer ends inside an int32") from None
 
 
-def uvarint(buf, off: int) -> tuple[int, int]:
+def uvarint(buf: memoryview | bytes, off: int) -> tuple[int, int]:
     try:
         b = buf[off]
         if b < 0x80:  # one byte: nearly every length and count on the hot path
@@ -46,7 +46,7 @@ def uvarint(buf, off: int) -> tuple[int, int]:
         raise WalkError(str(e)) from None
 
 
-def array_len(buf, off: int, flexible: bool) -> tuple[int, int]:
+def array_len(buf: memoryview | bytes, off: int, flexible: bool) -> tuple[int, int]:
     """Element count of an array (-1 for null)."""
     if flexible:
         n, off = uvarint(buf, off)
@@ -54,7 +54,7 @@ def array_len(buf, off: int, flexible: bool) -> tuple[int, int]:
     return i32(buf, off)
 
 
-def skip_string(buf, off: int, flexible: bool) -> tuple[str | None, int]:
+def skip_string(buf: memoryview | bytes, off: int, flexible: bool) -> tuple[str | None, int]:
     """Read a (nullable) string; returns (value, new offset)."""
     if flexible:
         n, off = uvarint(buf, off)
@@ -71,7 +71,7 @@ def skip_string(buf, off: int, flexible: bool) -> tuple[str | None, int]:
     return str(buf[off:end], "utf-8"), end
 
 
-def skip_bytes(buf, off: int, flexible: bool) -> tuple[int, int, int]:
+def skip_bytes(buf: memoryview | bytes, off: int, flexible: bool) -> tuple[int, int, int]:
     """Locate (nullable) bytes without copying: returns (start, end, new offset); start=-1 for null."""
     if flexible:
         n, off = uvarint(buf, off)
@@ -88,7 +88,7 @@ def skip_bytes(buf, off: int, flexible: bool) -> tuple[int, int, int]:
     return off, end, end
 
 
-def skip_tagged(buf, off: int) -> int:
+def skip_tagged(buf: memoryview | bytes, off: int) -> int:
     try:
         if buf[off] == 0:  # no tagged fields: the usual case
             return off + 1

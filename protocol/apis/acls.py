@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
@@ -49,25 +50,25 @@ _CLUSTER_DENIED = "Cluster authorization failed."
 _SECURITY_DISABLED = "No Authorizer is configured on the broker"
 
 
-def _codes(entity, *names: str) -> None:
+def _codes(entity: Any, *names: str) -> None:
     for name in names:
         if getattr(entity, name) == 0:
             raise RefuseRequest(f"{name} is UNKNOWN (0)")
 
 
-def _pattern_filter(f) -> ResourcePatternFilter:
+def _pattern_filter(f: Any) -> ResourcePatternFilter:
     _codes(f, "resource_type_filter", "pattern_type_filter")
     return ResourcePatternFilter(ResourceType(f.resource_type_filter), f.resource_name_filter,
                                  PatternType(f.pattern_type_filter))
 
 
-def _entry_filter(f) -> AccessControlEntryFilter:
+def _entry_filter(f: Any) -> AccessControlEntryFilter:
     _codes(f, "operation", "permission_type")
     return AccessControlEntryFilter(f.principal_filter, f.host_filter, AclOperation(f.operation),
                                     AclPermissionType(f.permission_type))
 
 
-def _binding_filter(f) -> AclBindingFilter:
+def _binding_filter(f: Any) -> AclBindingFilter:
     return AclBindingFilter(_pattern_filter(f), _entry_filter(f))
 
 
@@ -83,7 +84,7 @@ async def _describe(gw: LocalServices, auth: AuthHelper, header: RequestHeader, 
     binding_filter = _binding_filter(request)
     cls = response_class(29, header.api_version)
 
-    def response(code: int, message: str | None, resources=()) -> bytes:
+    def response(code: int, message: str | None, resources: Any = ()) -> bytes:
         return encode(make(cls, throttle_time=timedelta(0), error_code=_err(code), error_message=message,
                            resources=tuple(resources)))
 
@@ -120,7 +121,7 @@ async def _create(gw: LocalServices, auth: AuthHelper, header: RequestHeader, in
     cls = response_class(30, header.api_version)
     result_cls = nested(cls, "results")
 
-    def response(results) -> bytes:
+    def response(results: Any) -> bytes:
         return encode(make(cls, throttle_time=timedelta(0), results=tuple(
             result_cls(error_code=_err(code), error_message=message) for code, message in results)))
 
@@ -141,10 +142,10 @@ async def _delete(gw: LocalServices, auth: AuthHelper, header: RequestHeader, in
     result_cls = nested(cls, "filter_results")
     match_cls = nested(result_cls, "matching_acls")
 
-    def response(results) -> bytes:
+    def response(results: Any) -> bytes:
         return encode(make(cls, throttle_time=timedelta(0), filter_results=tuple(results)))
 
-    def failed(code: int, message: str):
+    def failed(code: int, message: str) -> Any:
         return result_cls(error_code=_err(code), error_message=message, matching_acls=())
 
     if gw.authorizer is None:

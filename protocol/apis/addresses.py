@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from typing import Any
 from protocol.apis.base import NodeMap
 
 __all__ = ["rewrite_node_list"]
 
 
-def rewrite_node_list(nodes_in, nodes: NodeMap, id_attr: str = "node_id") -> tuple:
+def rewrite_node_list(nodes_in: Any, nodes: NodeMap, id_attr: str = "node_id") -> tuple[Any, ...]:
     out = []
     for node in nodes_in:
         node_id = getattr(node, id_attr)

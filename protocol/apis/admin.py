@@ -41,9 +41,11 @@ error's default text, "Cluster authorization failed.".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 import time
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -55,6 +57,7 @@ from protocol.auth_helper import AuthHelper
 from protocol.codecs import decode_response, encode, make, nested, request_class, response_class
 from protocol.errors import CLUSTER_AUTHORIZATION_FAILED, DELEGATION_TOKEN_AUTHORIZATION_FAILED, UNKNOWN_SERVER_ERROR
 from protocol.headers import RequestHeader
+from protocol.services import LocalServices
 
 __all__ = ["SPECS", "allow_token_requests"]
 
@@ -83,7 +86,7 @@ def _forward(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
 # --------------------------------------------------------------------------- cluster-resource checks
 
 
-def _cluster_check(op: AclOperation, error_body):
+def _cluster_check(op: AclOperation, error_body: Callable[..., bytes]) -> Any:
     """An enforcer: ``op`` on the cluster, else ``error_body(version, request)``."""
 
     def enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
@@ -94,13 +97,13 @@ def _cluster_check(op: AclOperation, error_body):
     return enforce
 
 
-def _describe_client_quotas_error(version: int, request) -> bytes:
+def _describe_client_quotas_error(version: int, request: Any) -> bytes:
     cls = response_class(48, version)
     return encode(make(cls, throttle_time=_ZERO, error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), error_message=None,
                        entries=None))
 
 
-def _alter_client_quotas_error(version: int, request) -> bytes:
+def _alter_client_quotas_error(version: int, request: Any) -> bytes:
     cls = response_class(49, version)
     entry_cls = nested(cls, "entries")
     entity_cls = nested(entry_cls, "entity")
@@ -111,19 +114,19 @@ def _alter_client_quotas_error(version: int, request) -> bytes:
     return encode(make(cls, throttle_time=_ZERO, entries=entries))
 
 
-def _describe_quorum_error(version: int, request) -> bytes:
+def _describe_quorum_error(version: int, request: Any) -> bytes:
     cls = response_class(55, version)
     return encode(make(cls, error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), error_message=_CLUSTER_DENIED, topics=(),
                        nodes=()))
 
 
-def _update_features_error(version: int, request) -> bytes:
+def _update_features_error(version: int, request: Any) -> bytes:
     cls = response_class(57, version)
     return encode(make(cls, throttle_time=_ZERO, error_code=_ec(CLUSTER_AUTHORIZATION_FAILED),
                        error_message=_CLUSTER_DENIED, results=()))
 
 
-def _list_config_resources_error(version: int, request) -> bytes:
+def _list_config_resources_error(version: int, request: Any) -> bytes:
     cls = response_class(74, version)
     return encode(make(cls, throttle_time=_ZERO, error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), config_resources=(),
                        client_metrics_resources=()))
@@ -191,7 +194,7 @@ def _enforce_create_token(auth: AuthHelper, header: RequestHeader, body: memoryv
     if any(r.principal_type != USER_TYPE for r in request.renewers):
         return Decision(respond=_create_token_response(version, INVALID_PRINCIPAL_TYPE, owner, requester))
 
-    async def then(services) -> Decision:
+    async def then(services: LocalServices) -> Decision:
         renewers = request.renewers
         kgw = _principal_pair(services.upstream.principal)
         if kgw is not None and kgw[0] == USER_TYPE and all(
@@ -201,7 +204,7 @@ def _enforce_create_token(auth: AuthHelper, header: RequestHeader, body: memoryv
         forwarded = dataclasses.replace(request, owner_principal_type=owner[0], owner_principal_name=owner[1],
                                         renewers=renewers)
 
-        def merge(buf, off: int) -> bytes:
+        def merge(buf: memoryview | bytes, off: int) -> bytes:
             response = decode_response(38, version, buf, off)
             return encode(dataclasses.replace(response, token_requester_principal_type=requester[0],
                                               token_requester_principal_name=requester[1]))
@@ -211,7 +214,7 @@ def _enforce_create_token(auth: AuthHelper, header: RequestHeader, body: memoryv
     return Decision(then=then)
 
 
-async def _token_of(services, hmac: bytes):
+async def _token_of(services: LocalServices, hmac: bytes) -> Any:
     """The token whose HMAC is ``hmac``, as kgw's own account describes it, or None."""
     version = services.upstream.version(41)
     if version is None:
@@ -223,7 +226,7 @@ async def _token_of(services, hmac: bytes):
     return next((t for t in response.tokens if bytes(t.hmac) == bytes(hmac)), None)
 
 
-def _renew_or_expire(api_key: int):
+def _renew_or_expire(api_key: int) -> Any:
     """Renew (39) / ExpireDelegationToken (40): Kafka's broker-side check, then the controller's rule
     made by kgw, since the broker sees kgw's account, not the client: only the token's owner or one
     of its renewers may renew or expire it (DELEGATION_TOKEN_OWNER_MISMATCH otherwise; an expired
@@ -244,7 +247,7 @@ def _renew_or_expire(api_key: int):
         me = (principal.principal_type, principal.name)
         hmac = info.decoded.hmac
 
-        async def then(services) -> Decision:
+        async def then(services: LocalServices) -> Decision:
             token = await _token_of(services, hmac)
             if token is None:
                 return FORWARD
@@ -275,7 +278,7 @@ def _enforce_describe_tokens(auth: AuthHelper, header: RequestHeader, body: memo
     principal = auth.context.principal
     me = (principal.principal_type, principal.name)
 
-    def eligible(token) -> bool:
+    def eligible(token: Any) -> bool:
         people = {(token.principal_type, token.principal_name)}
         requester_type = getattr(token, "token_requester_principal_type", None)
         if requester_type is not None:
@@ -288,7 +291,7 @@ def _enforce_describe_tokens(auth: AuthHelper, header: RequestHeader, body: memo
         return (auth.allowed(_T.DELEGATION_TOKEN, token.token_id, _Op.DESCRIBE)
                 or auth.allowed(_T.USER, f"{token.principal_type}:{token.principal_name}", _Op.DESCRIBE_TOKENS))
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(41, version, buf, off)
         kept = tuple(t for t in response.tokens if eligible(t))
         if len(kept) == len(response.tokens):

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 from types import MappingProxyType
+import typing
 from typing import Any, Mapping
 
 from kio.schema.errors import ErrorCode
@@ -57,7 +58,7 @@ KIO_VERSIONS: Mapping[int, VersionRange] = _kio_versions()
 
 
 def advertised_versions(
-    upstream: Mapping[int, VersionRange], local_keys: frozenset[int], specs: Mapping[int, object],
+    upstream: Mapping[int, VersionRange], local_keys: frozenset[int], specs: Mapping[int, Any],
     authorizer: bool = False,
 ) -> dict[int, VersionRange]:
     """API key -> range a client may use through kgw.
@@ -90,7 +91,7 @@ def advertised_versions(
     return out
 
 
-def build_response(version: int, advertised: Mapping[int, VersionRange], upstream_response) -> bytes:
+def build_response(version: int, advertised: Mapping[int, VersionRange], upstream_response: Any) -> bytes:
     """Encode the ApiVersions response body for a request of ``version``."""
     supported = KIO_VERSIONS[API_VERSIONS]
     if version > supported.max:
@@ -98,7 +99,7 @@ def build_response(version: int, advertised: Mapping[int, VersionRange], upstrea
     else:
         error = ErrorCode.none
     cls = response_class(API_VERSIONS, version)
-    key_cls = cls.__dataclass_fields__["api_keys"].type.__args__[0]
+    key_cls = typing.get_args(cls.__dataclass_fields__["api_keys"].type)[0]
     keys = tuple(
         key_cls(api_key=i16(k), min_version=i16(r.min), max_version=i16(r.max)) for k, r in sorted(advertised.items())
     )
@@ -112,7 +113,7 @@ def build_response(version: int, advertised: Mapping[int, VersionRange], upstrea
     return encode(cls(**fields))
 
 
-def _convert(value, target_type):
+def _convert(value: Any, target_type: Any) -> Any:
     """Upstream features are decoded with the upstream's response version; rebuild for ours."""
     if isinstance(value, tuple):
         inner = target_type.__args__[0]

@@ -76,7 +76,7 @@ class RequestInfo:
 RequestInspector = Callable[[RequestHeader, memoryview], RequestInfo]
 ResponseRewriter = Callable[[int, memoryview, int, NodeMap], "bytes | None"]
 #: (response frame or body buffer, offset of the body) -> the body the client gets
-ResponseMerger = Callable[[memoryview | bytes, int], bytes]
+ResponseMerger = Callable[[memoryview | bytes, int], "bytes | None"]
 
 
 @dataclass(frozen=True, slots=True)

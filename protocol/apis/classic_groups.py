@@ -5,7 +5,9 @@ LeaveGroup, DescribeGroups, ListGroups, DeleteGroups and the committed offsets
 """
 
 from __future__ import annotations
+
 from dataclasses import replace
+from typing import Any
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
@@ -38,7 +40,7 @@ def _enforce_join(auth: AuthHelper, header: RequestHeader, body: memoryview, inf
                     protocol_name=None if v >= 7 else "", leader="", member_id="", members=())
 
 
-def _group_read_whole(key: int):
+def _group_read_whole(key: int) -> Any:
     """Heartbeat (12), LeaveGroup (13): GROUP:READ, W 30 with an otherwise empty response."""
 
     def enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
@@ -73,7 +75,7 @@ def _enforce_offset_commit(auth: AuthHelper, header: RequestHeader, body: memory
     part_cls = nested(topic_cls, "partitions")
     by_id = v >= 10
 
-    def error_topic(topic, code: int):
+    def error_topic(topic: Any, code: int) -> Any:
         return _blank(topic_cls, name=getattr(topic, "name", ""), topic_id=getattr(topic, "topic_id", None),
                       partitions=tuple(_blank(part_cls, partition_index=p.partition_index, error_code=code)
                                        for p in topic.partitions))
@@ -97,7 +99,7 @@ def _enforce_offset_commit(auth: AuthHelper, header: RequestHeader, body: memory
             error_topic(t, errors[i]) for i, t in enumerate(request.topics)))))
     reduced = replace(request, topics=tuple(kept))
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(8, v, buf, off)
         indexed = list(enumerate(request.topics))
         merged = merge_in_request_order(
@@ -114,7 +116,7 @@ class _FetchGroupPlan:
 
     __slots__ = ("group", "denied", "all_topics", "topic_errors", "names")
 
-    def __init__(self, group, denied: bool, all_topics: bool, topic_errors: dict[int, int], names: list):
+    def __init__(self, group: Any, denied: bool, all_topics: bool, topic_errors: dict[int, int], names: list[Any]) -> None:
         self.group = group
         self.denied = denied
         self.all_topics = all_topics
@@ -124,7 +126,7 @@ class _FetchGroupPlan:
         self.names = names
 
 
-def _plan_fetch_group(auth: AuthHelper, group_id: str, topics, by_id: bool) -> _FetchGroupPlan:
+def _plan_fetch_group(auth: AuthHelper, group_id: str, topics: Any, by_id: bool) -> _FetchGroupPlan:
     if not auth.allowed(GROUP, group_id, DESCRIBE):
         return _FetchGroupPlan(None, True, topics is None, {}, [])
     if topics is None:
@@ -151,19 +153,19 @@ def _enforce_offset_fetch(auth: AuthHelper, header: RequestHeader, body: memoryv
     return _offset_fetch_single(auth, v, info.decoded)
 
 
-def _fetch_partition_error(part_cls, index: int, code: int):
+def _fetch_partition_error(part_cls: Any, index: int, code: int) -> Any:
     return _blank(part_cls, partition_index=index, committed_offset=-1, committed_leader_epoch=-1,
                   metadata="", error_code=code)
 
 
-def _filter_all_topics(auth: AuthHelper, topics, by_id: bool) -> tuple:
+def _filter_all_topics(auth: AuthHelper, topics: Any, by_id: bool) -> tuple[Any, ...]:
     """Kafka's fetchAllOffsetsForGroup filter: TOPIC:DESCRIBE (T/T) on the coordinator's topics."""
     names = [(_topic_name(auth, t.topic_id) if by_id else t.name) for t in topics]
     allowed = auth.filter(TOPIC, DESCRIBE, [n for n in names if n is not None])
     return tuple(t for t, n in zip(topics, names) if n is not None and n in allowed)
 
 
-def _merge_named_topics(request_topics, plan: _FetchGroupPlan, upstream_topics, topic_cls, part_cls, by_id: bool):
+def _merge_named_topics(request_topics: Any, plan: _FetchGroupPlan, upstream_topics: Any, topic_cls: Any, part_cls: Any, by_id: bool) -> Any:
     upstream = list(upstream_topics)
     merged = []
     for i, t in enumerate(request_topics):
@@ -181,7 +183,7 @@ def _merge_named_topics(request_topics, plan: _FetchGroupPlan, upstream_topics, 
     return tuple(merged)
 
 
-def _offset_fetch_single(auth: AuthHelper, v: int, request) -> Decision:
+def _offset_fetch_single(auth: AuthHelper, v: int, request: Any) -> Decision:
     cls = response_class(9, v)
     topic_cls = nested(cls, "topics")
     part_cls = nested(topic_cls, "partitions")
@@ -194,7 +196,7 @@ def _offset_fetch_single(auth: AuthHelper, v: int, request) -> Decision:
                 for t in request.topics or ()))))
         return _respond(9, v, error_code=GROUP_AUTHORIZATION_FAILED, topics=())
     if plan.all_topics:
-        def merge_all(buf, off: int) -> bytes:
+        def merge_all(buf: memoryview | bytes, off: int) -> bytes:
             response = decode_response(9, v, buf, off)
             if getattr(response, "error_code", 0) != 0:
                 return encode(response)
@@ -206,7 +208,7 @@ def _offset_fetch_single(auth: AuthHelper, v: int, request) -> Decision:
     kept = tuple(t for i, t in enumerate(request.topics) if i not in plan.topic_errors)
     reduced = replace(request, topics=kept)
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(9, v, buf, off)
         if getattr(response, "error_code", 0) != 0:
             return encode(response)
@@ -216,7 +218,7 @@ def _offset_fetch_single(auth: AuthHelper, v: int, request) -> Decision:
     return Decision(request=_request_body(reduced), merge=merge)
 
 
-def _offset_fetch_batched(auth: AuthHelper, v: int, request) -> Decision:
+def _offset_fetch_batched(auth: AuthHelper, v: int, request: Any) -> Decision:
     cls = response_class(9, v)
     group_cls = nested(cls, "groups")
     topic_cls = nested(group_cls, "topics")
@@ -228,7 +230,7 @@ def _offset_fetch_batched(auth: AuthHelper, v: int, request) -> Decision:
     if not any(p.denied or p.all_topics or p.topic_errors for p in plans):
         return FORWARD
 
-    def denied_entry(g):
+    def denied_entry(g: Any) -> Any:
         return _blank(group_cls, group_id=g.group_id, error_code=GROUP_AUTHORIZATION_FAILED, topics=())
 
     forwarded = []
@@ -243,7 +245,7 @@ def _offset_fetch_batched(auth: AuthHelper, v: int, request) -> Decision:
     if not forwarded:
         return _respond(9, v, groups=tuple(denied_entry(g) for g in request.groups))
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(9, v, buf, off)
         upstream = list(response.groups)
         merged = []
@@ -275,7 +277,7 @@ def _enforce_list_groups(auth: AuthHelper, header: RequestHeader, body: memoryvi
         return FORWARD
     v = header.api_version
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(16, v, buf, off)
         kept = tuple(g for g in response.groups if auth.allowed(GROUP, g.group_id, DESCRIBE, log_if_denied=False))
         return encode(replace(response, groups=kept))
@@ -296,14 +298,14 @@ def _enforce_delete_groups(auth: AuthHelper, header: RequestHeader, body: memory
     cls = response_class(42, v)
     result_cls = nested(cls, "results")
 
-    def denied_entry(g):
+    def denied_entry(g: Any) -> Any:
         return _blank(result_cls, group_id=g, error_code=GROUP_AUTHORIZATION_FAILED)
 
     kept = [g for g in groups if g in allowed]
     if not kept:
         return Decision(respond=encode(_blank(cls, results=tuple(denied_entry(g) for g in groups))))
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(42, v, buf, off)
         merged = merge_in_request_order(
             groups, response.results,
@@ -329,14 +331,14 @@ def _enforce_offset_delete(auth: AuthHelper, header: RequestHeader, body: memory
     topic_cls = nested(cls, "topics")
     part_cls = nested(topic_cls, "partitions")
 
-    def denied_entry(t):
+    def denied_entry(t: Any) -> Any:
         return _blank(topic_cls, name=t.name, partitions=tuple(
             _blank(part_cls, partition_index=p.partition_index, error_code=TOPIC_AUTHORIZATION_FAILED)
             for p in t.partitions))
 
     kept = tuple(t for t in request.topics if t.name in allowed)
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(47, v, buf, off)
         if response.error_code != 0:  # OffsetDeleteResponse.Builder.merge: a top-level error replaces all
             return encode(response)

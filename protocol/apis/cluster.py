@@ -36,7 +36,7 @@ def _enforce_describe_cluster(auth: AuthHelper, header: RequestHeader, body: mem
     if getattr(request, "endpoint_type", 1) == 1 and request.include_cluster_authorized_operations:
         ops = auth.authorized_operations(CLUSTER, "kafka-cluster") if auth.cluster(Op.DESCRIBE) else 0
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(60, version, buf, off)
         value = ops if response.error_code == 0 else OPS_NOT_REQUESTED
         return encode(dataclasses.replace(response, cluster_authorized_operations=i32(value)))

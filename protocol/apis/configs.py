@@ -38,6 +38,7 @@ and changes nothing (it is forwarded as is for upstream resources).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -109,7 +110,7 @@ def _principal(auth: AuthHelper) -> str | None:
     return None if context is None else str(context.principal)
 
 
-def _merge_in_order(total: int, local: dict[int, Any], forwarded: list[int], upstream: tuple, key_of, missing):
+def _merge_in_order(total: int, local: dict[int, Any], forwarded: list[int], upstream: tuple[Any, ...], key_of: Callable[..., Any], missing: _Missing) -> tuple[Any, ...]:
     """Local results and upstream results (for ``forwarded`` indexes) in request order.  Upstream
     entries are matched by (type, name), in order among equal keys: a broker may reorder them."""
     by_index: dict[int, Any] = dict(local)
@@ -122,8 +123,9 @@ def _merge_in_order(total: int, local: dict[int, Any], forwarded: list[int], ups
     return tuple(by_index[i] for i in range(total))
 
 
-def _answer_rest_upstream(gw: LocalServices, api_key: int, version: int, request, local: dict[int, Any],
-                          forwarded: list[int], result, response, field: str):
+def _answer_rest_upstream(gw: LocalServices, api_key: int, version: int, request: Any, local: dict[int, Any],
+                          forwarded: list[int], result: Callable[..., Any], response: Callable[..., bytes],
+                          field: str) -> bytes | Decision:
     """The answer to a config request whose ``local`` results kgw made itself: the whole
     response when nothing is left to forward (or the upstream cannot take it: those
     resources get UNSUPPORTED_VERSION), else the ``forwarded`` resources in one sub-request
@@ -141,7 +143,7 @@ def _answer_rest_upstream(gw: LocalServices, api_key: int, version: int, request
     sub = replace(request, resources=tuple(resources[i] for i in forwarded))
     missing = _Missing(resources, result)
 
-    def merge(buf, offset: int) -> bytes:
+    def merge(buf: memoryview | bytes, offset: int) -> bytes:
         upstream = decode_response(api_key, version, buf, offset)
         merged = _merge_in_order(len(resources), local, forwarded, getattr(upstream, field),
                                  lambda e: (int(e.resource_type), e.resource_name), missing)
@@ -151,7 +153,7 @@ def _answer_rest_upstream(gw: LocalServices, api_key: int, version: int, request
 
 
 class _Missing:
-    def __init__(self, resources, make_error) -> None:
+    def __init__(self, resources: Any, make_error: Callable[..., Any]) -> None:
         self.resources = resources
         self.make_error = make_error
 
@@ -159,7 +161,7 @@ class _Missing:
         r = self.resources[i]
         return (int(r.resource_type), r.resource_name)
 
-    def entry(self, i: int):
+    def entry(self, i: int) -> Any:
         return self.make_error(self.resources[i], UNKNOWN_SERVER_ERROR, "The upstream did not answer for this resource")
 
 
@@ -175,18 +177,18 @@ async def _describe(gw: LocalServices, auth: AuthHelper, header: RequestHeader, 
     synonym_cls = nested(entry_cls, "synonyms")
     resources = request.resources
 
-    def result(r, code: int, message: str | None, configs=()):
+    def result(r: Any, code: int, message: str | None, configs: Any = ()) -> Any:
         return make(result_cls, error_code=ErrorCode(code), error_message=message, resource_type=r.resource_type,
                     resource_name=r.resource_name, configs=tuple(configs))
 
-    def entry(e: ConfigEntry):
+    def entry(e: ConfigEntry) -> Any:
         return make(entry_cls, name=e.name, value=e.value, read_only=e.read_only, config_source=i8(int(e.source)),
                     is_sensitive=e.sensitive, is_default=False, config_type=i8(int(e.type)),
                     documentation=e.documentation,
                     synonyms=tuple(make(synonym_cls, name=s.name, value=s.value, source=i8(int(s.source)))
                                    for s in e.synonyms))
 
-    def response(results, throttle=timedelta(0)) -> bytes:
+    def response(results: Any, throttle: timedelta = timedelta(0)) -> bytes:
         return encode(make(cls, throttle_time=throttle, results=tuple(results)))
 
     unknown = next((r for r in resources if ConfigResourceType.of(r.resource_type) is _T.UNKNOWN), None)
@@ -224,7 +226,7 @@ async def _describe(gw: LocalServices, auth: AuthHelper, header: RequestHeader, 
 # --------------------------------------------------------------------------- AlterConfigs / IncrementalAlterConfigs
 
 
-def _structural_problem(r, incremental: bool) -> str | None:
+def _structural_problem(r: Any, incremental: bool) -> str | None:
     names = Counter(c.name for c in r.configs)
     if any(n > 1 for n in names.values()):
         return "Error due to duplicate config keys"
@@ -237,13 +239,13 @@ def _structural_problem(r, incremental: bool) -> str | None:
     return None
 
 
-def _changes(r, incremental: bool) -> list[ConfigChange]:
+def _changes(r: Any, incremental: bool) -> list[ConfigChange]:
     return [ConfigChange(c.name, AlterConfigOp(c.config_operation) if incremental else AlterConfigOp.SET,
                          None if incremental and c.config_operation == AlterConfigOp.DELETE else c.value)
             for c in r.configs]
 
 
-def _alter_api(api_key: int):
+def _alter_api(api_key: int) -> Any:
     incremental = api_key == INCREMENTAL_ALTER_CONFIGS
 
     async def answer(gw: LocalServices, auth: AuthHelper, header: RequestHeader, info: RequestInfo) -> bytes | Decision:
@@ -255,11 +257,11 @@ def _alter_api(api_key: int):
         validate_only = bool(request.validate_only)
         principal = _principal(auth)
 
-        def result(r, code: int, message: str | None):
+        def result(r: Any, code: int, message: str | None) -> Any:
             return make(resp_cls, error_code=ErrorCode(code), error_message=message,
                         resource_type=r.resource_type, resource_name=r.resource_name)
 
-        def response(results, throttle=timedelta(0)) -> bytes:
+        def response(results: Any, throttle: timedelta = timedelta(0)) -> bytes:
             return encode(make(cls, throttle_time=throttle, responses=tuple(results)))
 
         manager = gw.broker_configs

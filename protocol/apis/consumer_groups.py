@@ -5,9 +5,11 @@ member's authority and forwards the topic names (:mod:`protocol.regex_subscripti
 """
 
 from __future__ import annotations
+
 import time
 from dataclasses import replace
 
+from typing import Any
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
@@ -19,6 +21,7 @@ from protocol.headers import RequestHeader
 from protocol.apis.group_common import GROUP, READ, _any_topic_denied, _describe_family, _request_body, _respond
 from protocol.regex_subscriptions import (REFRESH_MIN_INTERVAL_S, InvalidRegex, RegexMember, RegexSubscriptions,
                                           authorized)
+from protocol.services import LocalServices
 
 __all__ = ["SPECS"]
 
@@ -28,7 +31,7 @@ INVALID_REGULAR_EXPRESSION = 128
 _DESCRIBED_TOPICS_DENIED = "The group has described topic(s) that the client is not authorized to describe."
 
 
-def _topics_of_consumer_group(group, with_target: bool):
+def _topics_of_consumer_group(group: Any, with_target: bool) -> Any:
     for m in group.members or ():
         assignments = (m.assignment, m.target_assignment) if with_target else (m.assignment,)
         for a in assignments:
@@ -55,7 +58,7 @@ def _enforce_consumer_heartbeat(auth: AuthHelper, header: RequestHeader, body: m
     return _regex_subscription(auth, v, request)
 
 
-def _regex_subscription(auth: AuthHelper, version: int, request) -> Decision:
+def _regex_subscription(auth: AuthHelper, version: int, request: Any) -> Decision:
     """What becomes of the member's expression: nothing to do, names forwarded instead, or an error."""
     table = RegexSubscriptions.of(auth.gateway_state)
     group, member, epoch = request.group_id, request.member_id, request.member_epoch
@@ -93,11 +96,11 @@ def _regex_subscription(auth: AuthHelper, version: int, request) -> Decision:
     return Decision(then=_resolver(auth, request, regex, explicit, None))
 
 
-def _resolver(auth: AuthHelper, request, regex: str, explicit: tuple[str, ...], last: tuple[str, ...] | None):
+def _resolver(auth: AuthHelper, request: Any, regex: str, explicit: tuple[str, ...], last: tuple[str, ...] | None) -> Any:
     """``Decision.then``: resolve ``regex`` against kgw's listing of the cluster for this member and
     forward the names instead of the expression (``last``: what was forwarded before, or None)."""
 
-    async def then(services) -> Decision:
+    async def then(services: LocalServices) -> Decision:
         listing = await services.upstream.topic_names(REFRESH_MIN_INTERVAL_S)
         table = RegexSubscriptions.of(auth.gateway_state)
         resolved = authorized(auth, table.matching(regex, listing.names, listing.version))

@@ -74,6 +74,7 @@ import io
 import struct
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v16.response import NodeEndpoint
@@ -113,11 +114,10 @@ def _inspect(header: RequestHeader, frame: memoryview) -> RequestInfo:
     return replace(info, broker_wait_s=max(wait, 0.0))
 
 
-def _replica_id(request) -> int:
+def _replica_id(request: Any) -> int:
     state = getattr(request, "replica_state", None)
-    if state is not None:
-        return state.replica_id
-    return getattr(request, "replica_id", -1)
+    replica_id: int = state.replica_id if state is not None else getattr(request, "replica_id", -1)
+    return replica_id
 
 
 def _session_epoch_offset(version: int) -> int:
@@ -127,7 +127,7 @@ def _session_epoch_offset(version: int) -> int:
     return (4 if version < 15 else 0) + 4 + 4 + 4 + 1 + 4
 
 
-def _uses_session(version: int, request) -> bool:
+def _uses_session(version: int, request: Any) -> bool:
     return version >= 7 and request.session_epoch != -1
 
 
@@ -136,18 +136,18 @@ class _Topic:
 
     __slots__ = ("key", "name", "partitions")
 
-    def __init__(self, key, name: str | None, partitions: list[int]) -> None:
+    def __init__(self, key: Any, name: str | None, partitions: list[int]) -> None:
         self.key = key
         self.name = name
         self.partitions = partitions
 
 
-def _request_topics(request, version: int, names: TopicCache) -> list[_Topic]:
+def _request_topics(request: Any, version: int, names: TopicCache) -> list[_Topic]:
     """The request's topic entries; a partition named twice counts once (Kafka keys its
     fetch map by topic-partition).  Hot path: one set per topic, ints hashed, no per-partition tuples."""
     by_id = version >= 13
     out = []
-    seen: dict = {}
+    seen: dict[Any, Any] = {}
     for entry in request.topics:
         if by_id:
             key = entry.topic_id
@@ -175,7 +175,7 @@ class FetchResponseShape:
 
     __slots__ = ("error_code", "session_id", "topics_at", "first_topic", "n_topics", "topics_end")
 
-    def __init__(self, error_code, session_id, topics_at, first_topic, n_topics, topics_end):
+    def __init__(self, error_code: Any, session_id: Any, topics_at: Any, first_topic: Any, n_topics: Any, topics_end: Any) -> None:
         self.error_code = error_code
         self.session_id = session_id
         #: offset of the topic-array length, of the first topic entry, and just after the last one
@@ -185,7 +185,7 @@ class FetchResponseShape:
         self.topics_end = topics_end
 
 
-def walk_fetch_response(version: int, buf, offset: int) -> FetchResponseShape:
+def walk_fetch_response(version: int, buf: memoryview | bytes, offset: int) -> FetchResponseShape:
     """Walk a Fetch v4+ response body at ``buf[offset:]`` to its end, skipping records by length."""
     flexible = version >= 12
     try:
@@ -230,18 +230,19 @@ def walk_fetch_response(version: int, buf, offset: int) -> FetchResponseShape:
 
 def top_level_tags_offset(frame: memoryview, offset: int) -> int:
     """Offset of the top-level tagged-field section of a v13+ Fetch response body."""
-    return walk_fetch_response(13, frame, offset).topics_end
+    end: int = walk_fetch_response(13, frame, offset).topics_end
+    return end
 
 
 def _array_len(n: int, flexible: bool) -> bytes:
     if flexible:
         out = io.BytesIO()
-        write_unsigned_varint(out, n + 1)
+        write_unsigned_varint(out, n + 1)  # type: ignore[arg-type]  # kio: an int subclass, same bytes
         return out.getvalue()
     return struct.pack(">i", n)
 
 
-def _error_topics(version: int, errors: list[tuple[_Topic, int]]) -> list:
+def _error_topics(version: int, errors: list[tuple[_Topic, int]]) -> list[Any]:
     """Kio topic entries for (topic, error) pairs, partitions grouped by consecutive topic as Kafka does.
 
     Each partition is Kafka's ``FetchResponse.partitionResponse`` as it reaches the wire: high
@@ -253,7 +254,7 @@ def _error_topics(version: int, errors: list[tuple[_Topic, int]]) -> list:
     topic_cls = nested(response_class(1, version), "responses")
     part_cls = nested(topic_cls, "partitions")
     key_field = "topic_id" if version >= 13 else "topic"
-    grouped: list[tuple[object, list]] = []
+    grouped: list[tuple[object, list[Any]]] = []
     for topic, error in errors:
         parts = [
             make(part_cls, partition_index=i32_(p), error_code=ErrorCode(error), high_watermark=i64_(-1),
@@ -275,14 +276,14 @@ def _error_response(version: int, errors: list[tuple[_Topic, int]]) -> bytes:
                        session_id=i32_(0), responses=tuple(_error_topics(version, errors)), node_endpoints=()))
 
 
-def _merger(version: int, errors: list[tuple[_Topic, int]]):
+def _merger(version: int, errors: list[tuple[_Topic, int]]) -> Any:
     """Append the error entries to the upstream response, leaving its topic entries untouched."""
     entries = _error_topics(version, errors)
     appended = b"".join(encode(e) for e in entries)
     count = len(entries)
     flexible = version >= 12
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         shape = walk_fetch_response(version, buf, off)
         if shape.error_code != 0:
             # a top-level error carries no partitions (Kafka answers the same way)
@@ -304,7 +305,7 @@ def _merger(version: int, errors: list[tuple[_Topic, int]]):
 _SESSIONS = "fetch_sessions"  # connection_state key: session id -> {topic name: set of partitions}
 
 
-def _session_after(cached: dict[str, set[int]], request, topics: list[_Topic], version: int,
+def _session_after(cached: dict[str, set[int]], request: Any, topics: list[_Topic], version: int,
                    names: TopicCache) -> dict[str, set[int]] | None:
     """The session's partitions once this incremental fetch is applied; None if a topic is unknown."""
     after = {name: set(parts) for name, parts in cached.items()}
@@ -322,10 +323,10 @@ def _session_after(cached: dict[str, set[int]], request, topics: list[_Topic], v
     return after
 
 
-def _learn_session(sessions: dict, version: int, partitions: dict[str, set[int]]):
+def _learn_session(sessions: dict[Any, Any], version: int, partitions: dict[str | None, set[int]]) -> Any:
     """A merge that records the session id the upstream created, leaving the response as it is."""
 
-    def merge(buf, off: int) -> None:
+    def merge(buf: memoryview | bytes, off: int) -> None:
         shape = walk_fetch_response(version, buf, off)
         if shape.error_code == 0 and shape.session_id != 0:
             sessions[shape.session_id] = partitions
@@ -334,7 +335,7 @@ def _learn_session(sessions: dict, version: int, partitions: dict[str, set[int]]
     return merge
 
 
-def _with_session(auth: AuthHelper, header: RequestHeader, request,
+def _with_session(auth: AuthHelper, header: RequestHeader, request: Any,
                   topics: list[_Topic]) -> Decision | None:
     """Keep a fetch session whose every partition is allowed; None to fall back to session-less."""
     sessions = auth.connection_state.setdefault(_SESSIONS, {})
@@ -356,7 +357,7 @@ def _with_session(auth: AuthHelper, header: RequestHeader, request,
     return FORWARD
 
 
-def _sessionless(header: RequestHeader, body: memoryview, request) -> Decision:
+def _sessionless(header: RequestHeader, body: memoryview, request: Any) -> Decision:
     """Forward as is, or with session_epoch -1 if the request would create or use a session."""
     if not _uses_session(header.api_version, request):
         return FORWARD
@@ -402,7 +403,7 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
     kept = tuple(e for e, t in zip(request.topics, topics) if t.partitions and t.name in allowed)
     if not kept:
         return Decision(respond=_error_response(version, errors))
-    changes = {"topics": kept}
+    changes: dict[str, Any] = {"topics": kept}
     if version >= 7:
         changes.update(session_epoch=i32_(-1), forgotten_topics_data=())
     return Decision(request=encode(replace(request, **changes)), merge=_merger(version, errors))
@@ -419,7 +420,7 @@ def _read_node_endpoints(buf: memoryview) -> tuple[NodeEndpoint, ...]:
     reader = _node_reader
     n, off = read_compact_array_length(buf, 0)
     out = []
-    for _ in range(max(n, 0)):
+    for _ in range(max(n or 0, 0)):  # a null array (None) holds nothing
         node, size = reader(buf, off)
         off += size
         out.append(node)
@@ -428,8 +429,8 @@ def _read_node_endpoints(buf: memoryview) -> tuple[NodeEndpoint, ...]:
 
 def _encode_tag(tag: int, value: bytes) -> bytes:
     out = io.BytesIO()
-    write_unsigned_varint(out, tag)
-    write_unsigned_varint(out, len(value))
+    write_unsigned_varint(out, tag)  # type: ignore[arg-type]
+    write_unsigned_varint(out, len(value))  # type: ignore[arg-type]
     out.write(value)
     return out.getvalue()
 
@@ -451,7 +452,7 @@ def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> by
     except WalkError as e:
         raise CodecError(f"malformed Fetch v{version} response: {e}") from e
     out = io.BytesIO()
-    write_unsigned_varint(out, len(fields))
+    write_unsigned_varint(out, len(fields))  # type: ignore[arg-type]
     for tag, value in fields:
         if tag == 0:
             endpoints = rewrite_node_list(_read_node_endpoints(value), nodes)

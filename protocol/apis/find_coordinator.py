@@ -4,7 +4,9 @@ addresses in the response to gateway addresses.
 """
 
 from __future__ import annotations
+
 from dataclasses import replace
+from typing import Any
 from authz.acl import AclOperation
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
 from protocol.apis.generic import inspect_decoded
@@ -63,7 +65,7 @@ def _enforce_find_coordinator(auth: AuthHelper, header: RequestHeader, body: mem
     if not any(codes):
         return FORWARD
 
-    def denied_entry(k, code):
+    def denied_entry(k: Any, code: int) -> Any:
         return _blank(coord_cls, key=k, node_id=-1, host="", port=-1, error_code=code, error_message="")
 
     kept = [k for k, c in zip(keys, codes) if c == 0]
@@ -71,7 +73,7 @@ def _enforce_find_coordinator(auth: AuthHelper, header: RequestHeader, body: mem
         return Decision(respond=encode(_blank(cls, coordinators=tuple(
             denied_entry(k, c) for k, c in zip(keys, codes)))))
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(10, v, buf, off)
         merged = merge_in_request_order(
             zip(keys, codes), response.coordinators,
@@ -82,7 +84,7 @@ def _enforce_find_coordinator(auth: AuthHelper, header: RequestHeader, body: mem
 
 
 
-def _coordinator(entry, nodes: NodeMap):
+def _coordinator(entry: Any, nodes: NodeMap) -> Any:
     if entry.error_code != 0 or entry.node_id < 0:
         return entry
     nodes.learn(entry.node_id, entry.host, entry.port, None)

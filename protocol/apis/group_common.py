@@ -34,9 +34,12 @@ an id its metadata cache lacks), i.e. topic-id requests fail closed.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 import dataclasses
 import types
 import typing
+from typing import Any
 import uuid
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -107,7 +110,7 @@ DELETE = AclOperation.DELETE
 _EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 
-def _unwrap(tp):
+def _unwrap(tp: Any) -> Any:
     """(inner type, optional?, sequence?) of a kio field annotation."""
     optional = seq = False
     while True:
@@ -123,7 +126,7 @@ def _unwrap(tp):
 
 
 @lru_cache(maxsize=None)
-def _field_defaults(cls: type) -> tuple[tuple[str, object], ...]:
+def _field_defaults(cls: Any) -> tuple[tuple[str, object], ...]:
     """Java's default for every field of ``cls`` kio gives no default (zero, "", empty, null)."""
     hints = typing.get_type_hints(cls)
     out = []
@@ -131,6 +134,7 @@ def _field_defaults(cls: type) -> tuple[tuple[str, object], ...]:
         if f.default is not dataclasses.MISSING:
             continue
         inner, optional, seq = _unwrap(hints[f.name])
+        value: object
         if seq:
             value = None if optional else ()
         elif optional:
@@ -161,7 +165,7 @@ def _field_defaults(cls: type) -> tuple[tuple[str, object], ...]:
     return tuple(out)
 
 
-def _blank(cls: type, **values):
+def _blank(cls: Any, **values: Any) -> Any:
     """An instance of ``cls`` with Java's defaults for fields not given; unknown keys are ignored.
     (Not cached: the values come from requests, a cache of them would grow with what clients send.)"""
     names = cls.__dataclass_fields__
@@ -173,33 +177,34 @@ def _blank(cls: type, **values):
     return cls(**kwargs)
 
 
-def _respond(key: int, version: int, **values) -> Decision:
+def _respond(key: int, version: int, **values: Any) -> Decision:
     return Decision(respond=encode(_blank(response_class(key, version), **values)))
 
 
-def _request_body(entity) -> bytes:
+def _request_body(entity: Any) -> bytes:
     return encode(entity)
 
 
-def _topic_name(auth: AuthHelper, topic_id) -> str | None:
+def _topic_name(auth: AuthHelper, topic_id: Any) -> str | None:
     """The topic name for a topic id, if the gateway can resolve it (see module doc)."""
     resolve = getattr(auth, "topic_name", None)
     if resolve is None or topic_id is None or topic_id == _ZERO_UUID:
         return None
-    return resolve(topic_id)
+    name: str | None = resolve(topic_id)
+    return name
 
 
 def _is_valid_topic(name: str) -> bool:
     return 0 < len(name) <= 249 and name not in (".", "..") and all(c in _LEGAL_TOPIC_CHARS for c in name)
 
 
-def _distinct(names) -> dict[str, int]:
+def _distinct(names: Any) -> dict[str, int]:
     """Names in first-seen order, each with reference count 1 (Kafka's ``.toSet`` / ``.distinct``)."""
     return {n: 1 for n in names}
 
 
-def _describe_family(key: int, ids_field: str, topics_of=None, denied_topics_message: str | None = None,
-                     ops_min_version: int = 0):
+def _describe_family(key: int, ids_field: str, topics_of: Callable[..., Any] | None = None, denied_topics_message: str | None = None,
+                     ops_min_version: int = 0) -> Any:
     """DescribeGroups (15), ConsumerGroupDescribe (69), ShareGroupDescribe (77), StreamsGroupDescribe (89):
     GROUP:DESCRIBE per group (individual calls), R 30; authorized operations (F/F) for groups the
     coordinator described without error; for 69/77/89 a TOPIC:DESCRIBE check over the described
@@ -217,10 +222,10 @@ def _describe_family(key: int, ids_field: str, topics_of=None, denied_topics_mes
         ids = list(getattr(request, ids_field))
         allowed = [auth.allowed(GROUP, g, DESCRIBE) for g in ids]
 
-        def denied_entry(g):
+        def denied_entry(g: Any) -> Any:
             return _blank(group_cls, group_id=g, error_code=GROUP_AUTHORIZATION_FAILED, authorized_operations=OPS_OMITTED)
 
-        def finish(groups: list) -> list:
+        def finish(groups: list[Any]) -> list[Any]:
             if topics_of is None:
                 return groups
             names = _distinct(n for grp in groups for n in topics_of(grp))
@@ -245,7 +250,7 @@ def _describe_family(key: int, ids_field: str, topics_of=None, denied_topics_mes
         kept = [g for g, ok in zip(ids, allowed) if ok]
         request_out = None if all(allowed) else _request_body(replace(request, **{ids_field: tuple(kept)}))
 
-        def merge(buf, off: int) -> bytes:
+        def merge(buf: memoryview | bytes, off: int) -> bytes:
             response = decode_response(key, v, buf, off)
             upstream = list(response.groups)
             if has_ops:
@@ -262,7 +267,7 @@ def _describe_family(key: int, ids_field: str, topics_of=None, denied_topics_mes
     return enforce
 
 
-def _any_topic_denied(auth: AuthHelper, names) -> bool:
+def _any_topic_denied(auth: AuthHelper, names: Any) -> bool:
     """TOPIC:DESCRIBE on every distinct subscribed name (none: nothing to check)."""
     if not names:
         return False

@@ -66,19 +66,19 @@ __all__ = ["SPECS"]
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 
 
-def _md_error_topic(cls, error: int, name: str | None, topic_id: UUID | None, internal: bool = False):
+def _md_error_topic(cls: Any, error: int, name: str | None, topic_id: UUID | None, internal: bool = False) -> Any:
     return make(cls, error_code=ErrorCode(error), name=name, topic_id=topic_id, is_internal=internal,
                 partitions=(), topic_authorized_operations=i32(OPS_NOT_REQUESTED))
 
 
-def _md_ops(auth: AuthHelper, topic, include_ops: bool):
+def _md_ops(auth: AuthHelper, topic: Any, include_ops: bool) -> Any:
     if not hasattr(topic, "topic_authorized_operations"):
         return topic
     ops = auth.authorized_operations(TOPIC, topic.name) if include_ops and topic.name is not None else OPS_NOT_REQUESTED
     return dataclasses.replace(topic, topic_authorized_operations=i32(ops))
 
 
-def _md_cluster_ops(auth: AuthHelper, request, response):
+def _md_cluster_ops(auth: AuthHelper, request: Any, response: Any) -> Any:
     if not hasattr(response, "cluster_authorized_operations"):
         return response
     ops = OPS_NOT_REQUESTED
@@ -87,7 +87,7 @@ def _md_cluster_ops(auth: AuthHelper, request, response):
     return dataclasses.replace(response, cluster_authorized_operations=i32(ops))
 
 
-def _md_learn(topics, cache: TopicCache) -> None:
+def _md_learn(topics: Any, cache: TopicCache) -> None:
     for t in topics:
         if t.name is None:
             continue
@@ -135,7 +135,7 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
                 allow_auto_topic_creation=False))
             wanted_set = set(wanted_ids)
 
-        def merge_filtered(buf, off: int) -> bytes:
+        def merge_filtered(buf: memoryview | bytes, off: int) -> bytes:
             response = decode_response(3, version, buf, off)
             topics = response.topics
             if by_id:  # only what was asked for, whatever the upstream added
@@ -178,8 +178,7 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
                 # forwarded, whatever kgw remembers about its existence (it may have been deleted)
                 held_back = [n for n in names if n in not_creatable]
     forwarded = [t for t in request.topics if t.name in described and t.name not in held_back]
-    seen: set[str] = set()
-    forwarded = [t for t in forwarded if not (t.name in seen or seen.add(t.name))]
+    forwarded = _first_of_each_name(forwarded)
     changes: dict[str, Any] = {"topics": tuple(forwarded)}
     if forward_auto is not None:
         changes["allow_auto_topic_creation"] = forward_auto
@@ -188,7 +187,7 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
     new_request = None if unchanged else encode(dataclasses.replace(request, **changes))
     wanted = {t.name for t in forwarded}
 
-    def merge_named(buf, off: int) -> bytes:
+    def merge_named(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(3, version, buf, off)
         _md_learn(response.topics, auth.topics)
         upstream: dict[str, Any] = {}
@@ -226,3 +225,14 @@ def _rewrite_metadata(version: int, frame: memoryview, offset: int, nodes: NodeM
 SPECS = (
     ApiSpec(3, "Metadata", inspect_decoded, rewrite_response=_rewrite_metadata, enforce=_enforce_metadata, versions=(0, 13)),
 )
+
+
+def _first_of_each_name(topics: list[Any]) -> list[Any]:
+    """``topics`` in order, each name once (its first entry)."""
+    seen: set[str] = set()
+    out = []
+    for t in topics:
+        if t.name not in seen:
+            seen.add(t.name)
+            out.append(t)
+    return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import struct
 from dataclasses import replace
+from typing import Any
 from uuid import UUID
 from datetime import timedelta
 
@@ -78,8 +79,8 @@ class ProduceShape:
     __slots__ = ("transactional_id", "acks", "timeout_ms", "topics", "transactional", "topics_at", "topics_end",
                  "any_invalid")
 
-    def __init__(self, transactional_id, acks, timeout_ms, topics, transactional, topics_at, topics_end,
-                 any_invalid=False):
+    def __init__(self, transactional_id: Any, acks: Any, timeout_ms: Any, topics: Any, transactional: Any, topics_at: Any, topics_end: Any,
+                 any_invalid: Any = False) -> None:
         self.transactional_id = transactional_id
         self.acks = acks
         self.timeout_ms = timeout_ms
@@ -239,7 +240,7 @@ def _inspect(header: RequestHeader, frame: memoryview) -> RequestInfo:
     )
 
 
-def _partition_entry(part_cls, index: int, error: int, message: str | None = None):
+def _partition_entry(part_cls: Any, index: int, error: int, message: str | None = None) -> Any:
     return make(part_cls, index=i32_(index), error_code=ErrorCode(error), base_offset=i64_(-1), log_append_time=None,
                 log_start_offset=i64_(-1), record_errors=(), error_message=message)
 
@@ -257,7 +258,7 @@ def _error_response(version: int, topics: list[TopicSpan], error: int) -> bytes:
 def _encode_array_len(n: int, flexible: bool) -> bytes:
     if flexible:
         out = io.BytesIO()
-        write_unsigned_varint(out, n + 1)
+        write_unsigned_varint(out, n + 1)  # type: ignore[arg-type]  # kio: an int subclass, same bytes
         return out.getvalue()
     return struct.pack(">i", n)
 
@@ -309,9 +310,9 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
         first = next(iter(local.values()))
         return Decision(close=f"produce with acks=0 refused on {len(local)} partition(s) (error {first[0]})")
     flexible = header.flexible
-    parts: list = [bytes(body[header.size : shape.topics_at])]
+    parts: list[Any] = [bytes(body[header.size : shape.topics_at])]
     kept_topics = 0
-    topic_parts: list = []
+    topic_parts: list[Any] = []
     for ti, t in enumerate(shape.topics):
         keep = [pi for pi in range(len(t.partitions)) if (ti, pi) not in local]
         if not keep:
@@ -330,13 +331,13 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
     request = b"".join((*parts, _encode_array_len(kept_topics, flexible), *topic_parts,
                         bytes(body[shape.topics_end :])))
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         return _merged(version, shape, local, decode_response(0, version, buf, off))
 
     return Decision(request=request, merge=merge)
 
 
-def _merged(version: int, shape: ProduceShape, local: dict, response) -> bytes:
+def _merged(version: int, shape: ProduceShape, local: dict[Any, Any], response: Any) -> bytes:
     """The client's response: kgw's entries for ``local`` partitions and the upstream's for the
     rest, topic by topic and partition by partition in request order (upstream entries nobody
     asked for are kept at the end)."""
@@ -344,7 +345,7 @@ def _merged(version: int, shape: ProduceShape, local: dict, response) -> bytes:
     topic_cls = nested(cls, "responses")
     part_cls = nested(topic_cls, "partition_responses")
     by_id = version >= 13  # responses name topics by id from v13 on
-    upstream: dict[tuple, list] = {}
+    upstream: dict[tuple[Any, ...], list[Any]] = {}
     for entry in (response.responses if response is not None else ()):
         key = entry.topic_id if by_id else entry.name
         for p in entry.partition_responses:

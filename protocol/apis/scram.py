@@ -115,11 +115,11 @@ async def _describe(gw: LocalServices, auth: AuthHelper, header: RequestHeader, 
     info_cls = nested(result_cls, "credential_infos")
     requested = None if request.users is None else [u.name for u in request.users]
 
-    def response(code: int, message: str | None, results) -> bytes:
+    def response(code: int, message: str | None, results: Any) -> bytes:
         return encode(make(cls, throttle_time=timedelta(0), error_code=ErrorCode(code), error_message=message,
                            results=tuple(results)))
 
-    def result(user: str, code: int = 0, message: str | None = None, infos=()):
+    def result(user: str, code: int = 0, message: str | None = None, infos: Any = ()) -> Any:
         return result_cls(user=user, error_code=ErrorCode(code), error_message=message, credential_infos=tuple(infos))
 
     if not auth.cluster(AclOperation.DESCRIBE):

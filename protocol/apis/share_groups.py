@@ -3,7 +3,10 @@ ShareAcknowledge and the share-group offsets APIs (Describe/Alter/DeleteShareGro
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 from authz.acl import AclOperation
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
 from protocol.apis.generic import inspect_decoded
@@ -49,19 +52,19 @@ class _ShareSession:
 
     __slots__ = ("client", "upstream")
 
-    def __init__(self, client: dict, upstream: dict) -> None:
-        self.client: dict = client  # topic id -> set of partitions
-        self.upstream: dict = upstream
+    def __init__(self, client: dict[Any, Any], upstream: dict[Any, Any]) -> None:
+        self.client: dict[Any, Any] = client  # topic id -> set[Any] of partitions
+        self.upstream: dict[Any, Any] = upstream
 
 
-def _parts(topics) -> dict:
-    out: dict = {}
+def _parts(topics: Any) -> dict[Any, Any]:
+    out: dict[Any, Any] = {}
     for t in topics:
         out.setdefault(t.topic_id, set()).update(p.partition_index for p in t.partitions)
     return out
 
 
-def _share_data_plane(key: int):
+def _share_data_plane(key: int) -> Any:
     """ShareFetch / ShareAcknowledge: GROUP:READ (W 30); TOPIC:READ filter over the request's topic
     ids (R 29 per partition; ids kgw cannot resolve -> 100).  ShareFetch sessions (KIP-932):
     every partition of the session is authorized on every fetch, as Kafka does (see
@@ -92,7 +95,7 @@ def _share_data_plane(key: int):
         part_cls = nested(topic_cls, "partitions")
         leader_cls = nested(part_cls, "current_leader")
 
-        def error_entry(topic_id, partitions, code, acked=frozenset()):
+        def error_entry(topic_id: Any, partitions: Any, code: int, acked: Any = frozenset()) -> Any:
             return _blank(topic_cls, topic_id=topic_id, partitions=tuple(
                 _blank(part_cls, partition_index=p, error_code=code,
                        acknowledge_error_code=code if p in acked else 0,
@@ -115,14 +118,14 @@ def _share_data_plane(key: int):
         if not denied:
             return FORWARD
 
-        def denied_entry(t):
+        def denied_entry(t: Any) -> Any:
             code = UNKNOWN_TOPIC_ID if names[t.topic_id] is None else TOPIC_AUTHORIZATION_FAILED
             acked = {p.partition_index for p in t.partitions if getattr(p, "acknowledgement_batches", None)}
             return error_entry(t.topic_id, [p.partition_index for p in t.partitions], code, acked)
 
         kept = tuple(t for t in topics if t.topic_id not in denied)
 
-        def merge(buf, off: int) -> bytes:
+        def merge(buf: memoryview | bytes, off: int) -> bytes:
             response = decode_response(key, v, buf, off)
             if response.error_code != 0:
                 return encode(response)
@@ -141,8 +144,8 @@ def _share_data_plane(key: int):
     return enforce
 
 
-def _share_session(auth: AuthHelper, version: int, request, sessions: dict, session_key, names: dict,
-                   error_entry) -> Decision:
+def _share_session(auth: AuthHelper, version: int, request: Any, sessions: dict[Any, Any], session_key: Any, names: dict[Any, Any],
+                   error_entry: Callable[..., Any]) -> Decision:
     """An incremental ShareFetch (epoch > 0) on a session this connection opened.
 
     Kafka authorizes READ on *every* partition of the session, not only those the request
@@ -177,7 +180,7 @@ def _share_session(auth: AuthHelper, version: int, request, sessions: dict, sess
     # Every partition kgw knows of and the principal may not read is forgotten upstream on every
     # fetch, whether or not kgw believes the broker still holds it (forgetting a partition a
     # session does not hold changes nothing): a fetch the broker refused cannot leave one behind.
-    forget: dict = {}
+    forget: dict[Any, Any] = {}
     for known in (session.upstream, client):
         for tid, parts in known.items():
             gone = parts - target.get(tid, set())
@@ -215,7 +218,7 @@ def _share_session(auth: AuthHelper, version: int, request, sessions: dict, sess
             errors.append(error_entry(tid, sorted(client[tid]), code))
     new_request = replace(request, topics=tuple(kept), forgotten_topics_data=forgotten)
 
-    def merge(buf, off: int) -> bytes | None:
+    def merge(buf: memoryview | bytes, off: int) -> bytes | None:
         response = decode_response(78, version, buf, off)
         if response.error_code != 0:  # the broker did not take the change: the client starts over
             sessions.pop(session_key, None)
@@ -239,7 +242,7 @@ def _enforce_describe_share_offsets(auth: AuthHelper, header: RequestHeader, bod
     group_cls = nested(cls, "groups")
     topic_cls = nested(group_cls, "topics")
     part_cls = nested(topic_cls, "partitions")
-    plans = []  # (group, denied, all_topics, denied topic indexes)
+    plans: list[tuple[Any, bool, bool, set[int]]] = []  # (group, denied, all_topics, denied topic indexes)
     for g in request.groups:
         if not auth.allowed(GROUP, g.group_id, DESCRIBE):
             plans.append((g, True, False, set()))
@@ -253,10 +256,10 @@ def _enforce_describe_share_offsets(auth: AuthHelper, header: RequestHeader, bod
     if not any(d or a or bad for _, d, a, bad in plans):
         return FORWARD
 
-    def denied_group(g):
+    def denied_group(g: Any) -> Any:
         return _blank(group_cls, group_id=g.group_id, error_code=GROUP_AUTHORIZATION_FAILED, topics=())
 
-    def denied_topic(t):
+    def denied_topic(t: Any) -> Any:
         return _blank(topic_cls, topic_name=t.topic_name, topic_id=_ZERO_UUID, partitions=tuple(
             _blank(part_cls, partition_index=p, start_offset=-1, leader_epoch=-1, lag=-1,
                    error_code=TOPIC_AUTHORIZATION_FAILED, error_message=_MESSAGES[TOPIC_AUTHORIZATION_FAILED])
@@ -267,7 +270,7 @@ def _enforce_describe_share_offsets(auth: AuthHelper, header: RequestHeader, bod
     if not forwarded:
         return _respond(90, v, groups=tuple(denied_group(g) for g, *_ in plans))
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(90, v, buf, off)
         upstream = list(response.groups)
         merged = []
@@ -275,7 +278,7 @@ def _enforce_describe_share_offsets(auth: AuthHelper, header: RequestHeader, bod
             if denied:
                 merged.append(denied_group(g))
                 continue
-            entry = pop_first(upstream, lambda e, g=g: e.group_id == g.group_id)
+            entry = pop_first(upstream, lambda e: bool(e.group_id == g.group_id))  # called at once
             if entry is None:
                 continue
             if all_topics:
@@ -288,7 +291,7 @@ def _enforce_describe_share_offsets(auth: AuthHelper, header: RequestHeader, bod
                     if i in bad:
                         topics.append(denied_topic(t))
                     else:
-                        e = pop_first(ups, lambda e, t=t: e.topic_name == t.topic_name)
+                        e = pop_first(ups, lambda e: bool(e.topic_name == t.topic_name))  # called at once
                         if e is not None:
                             topics.append(e)
                 merged.append(replace(entry, topics=tuple(topics)))
@@ -299,7 +302,7 @@ def _enforce_describe_share_offsets(auth: AuthHelper, header: RequestHeader, bod
     return Decision(request=_request_body(replace(request, groups=tuple(forwarded))), merge=merge)
 
 
-def _share_offsets_change(key: int, group_op: AclOperation):
+def _share_offsets_change(key: int, group_op: AclOperation) -> Any:
     """AlterShareGroupOffsets (91, GROUP:READ) / DeleteShareGroupOffsets (92, GROUP:DELETE): W 30 with
     message; then TOPIC:READ per topic entry, one call each (R 29 with message); a top-level error
     from the coordinator replaces everything."""
@@ -319,7 +322,7 @@ def _share_offsets_change(key: int, group_op: AclOperation):
         topic_cls = nested(cls, "responses")
         msg = _MESSAGES[TOPIC_AUTHORIZATION_FAILED]
 
-        def denied_entry(t):
+        def denied_entry(t: Any) -> Any:
             if key == 92:
                 return _blank(topic_cls, topic_name=t.topic_name, topic_id=_ZERO_UUID,
                               error_code=TOPIC_AUTHORIZATION_FAILED, error_message=msg)
@@ -330,7 +333,7 @@ def _share_offsets_change(key: int, group_op: AclOperation):
 
         kept = tuple(t for t, a in zip(request.topics, ok) if a)
 
-        def merge(buf, off: int) -> bytes:
+        def merge(buf: memoryview | bytes, off: int) -> bytes:
             response = decode_response(key, v, buf, off)
             if response.error_code != 0:
                 return encode(response)

@@ -39,6 +39,7 @@ import time
 from collections import OrderedDict
 from datetime import timedelta
 
+from typing import Any
 from authz.acl import AclOperation
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
 from protocol.apis.generic import inspect_decoded
@@ -51,6 +52,7 @@ from protocol.errors import (
 from protocol.headers import RequestHeader
 from protocol.apis.group_common import (DESCRIBE, GROUP, INVALID_REQUEST, READ, TOPIC, _INTERNAL_TOPICS, _blank,
                                         _describe_family, _is_valid_topic, _respond)
+from protocol.services import LocalServices
 
 __all__ = ["SPECS", "StreamsTopologies"]
 
@@ -78,8 +80,8 @@ class StreamsTopologies:
         self._lock = threading.Lock()
 
     @classmethod
-    def of(cls, gateway_state: dict) -> StreamsTopologies:
-        table = gateway_state.get("streams_topologies")
+    def of(cls, gateway_state: dict[Any, Any]) -> StreamsTopologies:
+        table: StreamsTopologies | None = gateway_state.get("streams_topologies")
         if table is None:
             table = gateway_state.setdefault("streams_topologies", cls())
         return table
@@ -103,16 +105,16 @@ class StreamsTopologies:
             return entry[0]
 
 
-def _internal_topics(subtopologies) -> frozenset[str]:
+def _internal_topics(subtopologies: Any) -> frozenset[str]:
     """The topics a topology has created for it: repartition source and changelog topics."""
-    names = set()
+    names: set[str] = set()
     for s in subtopologies or ():
         names.update(t.name for t in s.repartition_source_topics or ())
         names.update(t.name for t in s.state_changelog_topics or ())
     return frozenset(names)
 
 
-def _topics_of_streams_group(group):
+def _topics_of_streams_group(group: Any) -> Any:
     topology = group.topology
     if topology is None:
         return
@@ -159,11 +161,12 @@ def _enforce_streams_heartbeat(auth: AuthHelper, header: RequestHeader, body: me
     return _internal_topics_decision(auth, v, request)
 
 
-def _internal_topics_decision(auth: AuthHelper, version: int, request) -> Decision:
+def _internal_topics_decision(auth: AuthHelper, version: int, request: Any) -> Decision:
     if request.member_epoch < 0:  # leaving: the coordinator configures nothing
         return FORWARD
     topologies = StreamsTopologies.of(auth.gateway_state)
     group = request.group_id
+    internal: frozenset[str] | None
     if request.topology is not None:
         internal = _internal_topics(request.topology.subtopologies)
         topologies.learn(group, internal)
@@ -172,7 +175,7 @@ def _internal_topics_decision(auth: AuthHelper, version: int, request) -> Decisi
     if internal is not None and _may_create_all(auth, internal):
         return FORWARD
 
-    async def then(services) -> Decision:
+    async def then(services: LocalServices) -> Decision:
         names = internal
         if names is None:
             names = await _described_internal_topics(services, group)
@@ -197,7 +200,7 @@ def _may_create_all(auth: AuthHelper, names: frozenset[str]) -> bool:
     return all(auth.allowed(TOPIC, n, CREATE, log_if_allowed=False, log_if_denied=False) for n in names)
 
 
-async def _described_internal_topics(services, group: str) -> frozenset[str]:
+async def _described_internal_topics(services: LocalServices, group: str) -> frozenset[str]:
     """The internal topics of ``group``'s topology, asked of its coordinator (none if it has none)."""
     version = services.upstream.version(89)
     if version is None:
@@ -218,7 +221,7 @@ def _summary(topics: list[str]) -> str:
     return shown + (f" and {len(topics) - 3} additional topics" if len(topics) > 3 else "")
 
 
-def _waiting_for_topics(version: int, request, missing: list[str], unauthorized: list[str]) -> Decision:
+def _waiting_for_topics(version: int, request: Any, missing: list[str], unauthorized: list[str]) -> Decision:
     """Kafka's answer to a heartbeat whose missing internal topics the sender may not create."""
     cls = response_class(88, version)
     status_cls = nested(cls, "status")

@@ -46,11 +46,11 @@ def _enforce_create_topics(auth: AuthHelper, header: RequestHeader, body: memory
         authorized = auth.filter(TOPIC, Op.CREATE, candidates)
     describable = auth.filter(TOPIC, Op.DESCRIBE_CONFIGS, candidates, log_if_denied=False)
 
-    def result(name: str, error: int, message: str):
+    def result(name: str, error: int, message: str) -> Any:
         return make(topic_cls, name=name, topic_id=None, error_code=ErrorCode(error), error_message=message,
                     topic_config_error_code=i16(0), num_partitions=i32(-1), replication_factor=i16(-1), configs=())
 
-    denied: dict[str, list] = {}
+    denied: dict[str, list[Any]] = {}
     for n in counts:
         if n in duplicates:
             denied[n] = [result(n, INVALID_REQUEST, "Duplicate topic name.")]
@@ -60,7 +60,7 @@ def _enforce_create_topics(auth: AuthHelper, header: RequestHeader, body: memory
             denied[n] = [result(n, TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")]
     has_configs = version >= 5
 
-    def post(entry):
+    def post(entry: Any) -> Any:
         if entry.error_code == 0:
             auth.topics.learn(entry.name, getattr(entry, "topic_id", None))
             if has_configs and entry.name not in describable:
@@ -71,7 +71,7 @@ def _enforce_create_topics(auth: AuthHelper, header: RequestHeader, body: memory
 
     kept = [t for t in request.topics if t.name in authorized]
     if not denied:  # all forwarded; the response may still lose configs, and teaches topic ids
-        def merge(buf, off: int) -> bytes:
+        def merge(buf: memoryview | bytes, off: int) -> bytes:
             response = decode_response(19, version, buf, off)
             return encode(dataclasses.replace(response, topics=tuple(post(e) for e in response.topics)))
 
@@ -92,7 +92,7 @@ def _enforce_create_partitions(auth: AuthHelper, header: RequestHeader, body: me
         counts[t.name] = counts.get(t.name, 0) + 1
     duplicates = {n for n, c in counts.items() if c > 1}
     allowed = auth.filter(TOPIC, Op.ALTER, _distinct(n for n in counts if n not in duplicates))
-    denied: dict[str, list] = {}
+    denied: dict[str, list[Any]] = {}
     for n in counts:
         if n in duplicates:
             denied[n] = [result_cls(name=n, error_code=ErrorCode(INVALID_REQUEST), error_message="Duplicate topic name.")]
@@ -119,13 +119,14 @@ def _enforce_delete_topics(auth: AuthHelper, header: RequestHeader, body: memory
     entries: list[tuple[str | None, UUID | None]] = (
         [(t.name, t.topic_id) for t in request.topics] if by_state else [(n, None) for n in request.topic_names])
 
-    def result(name, topic_id, error: int, message: str | None):
+    def result(name: Any, topic_id: Any, error: int, message: str | None) -> Any:
         return make(result_cls, name=name, topic_id=topic_id, error_code=ErrorCode(error), error_message=message)
 
     order: list[Any] = []  # result keys in request order: ("n", name) / ("i", id) / ("x", index)
-    denied: dict[Any, list] = {}
+    denied: dict[Any, list[Any]] = {}
     names: dict[str, int] = {}
     ids: dict[UUID, int] = {}
+    key: tuple[str, Any]
     for index, (name, topic_id) in enumerate(entries):
         if name is None:
             if topic_id is None:
@@ -181,13 +182,13 @@ def _enforce_delete_topics(auth: AuthHelper, header: RequestHeader, body: memory
         kept = [n for n in request.topic_names if ("n", n) not in denied]
         field = "topic_names"
 
-    def key(entry):
+    def by_name(entry: Any) -> tuple[str, Any]:
         return ("n", entry.name)
 
     if not kept:
-        return _partial(20, version, request, field, kept, "responses", order, denied, key)
+        return _partial(20, version, request, field, kept, "responses", order, denied, by_name)
 
-    def match(entry_order: list, upstream: Sequence) -> tuple:
+    def match(entry_order: list[Any], upstream: Sequence[Any]) -> tuple[Any, ...]:
         pool = list(upstream)
         out = []
         for k in entry_order:
@@ -204,7 +205,7 @@ def _enforce_delete_topics(auth: AuthHelper, header: RequestHeader, body: memory
 
     new_request = encode(dataclasses.replace(request, **{field: tuple(kept)}))
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(20, version, buf, off)
         for e in response.responses:
             if e.error_code == 0 and e.name:

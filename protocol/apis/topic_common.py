@@ -82,7 +82,7 @@ def invalid_topic_reason(name: str) -> str | None:
     return f"Topic name is invalid: {reason}"
 
 
-def _elem(cls: type, field_name: str) -> type:
+def _elem(cls: Any, field_name: str) -> Any:
     """The entity class of a (possibly nullable) array field."""
     tp = typing.get_type_hints(cls)[field_name]
     while not dataclasses.is_dataclass(tp):
@@ -93,7 +93,7 @@ def _elem(cls: type, field_name: str) -> type:
     return tp
 
 
-def _ordered(order: Iterable[str], denied: dict[str, list], upstream: Sequence, key: Callable[[Any], Any]) -> tuple:
+def _ordered(order: Iterable[str], denied: dict[str, list[Any]], upstream: Sequence[Any], key: Callable[[Any], Any]) -> tuple[Any, ...]:
     """Merge in request order: a denied key takes its next kgw-built entry, an allowed one the next
     upstream entry with that key; upstream entries nobody claimed are appended."""
     pool = list(upstream)
@@ -112,9 +112,9 @@ def _ordered(order: Iterable[str], denied: dict[str, list], upstream: Sequence, 
     return tuple(out)
 
 
-def _partial(api_key: int, version: int, request, req_field: str, kept: Sequence, resp_field: str,
-             order: Sequence, denied: dict[str, list], key: Callable[[Any], Any],
-             post: Callable[[Any], Any] | None = None, local_fields: dict | None = None) -> Decision:
+def _partial(api_key: int, version: int, request: Any, req_field: str, kept: Sequence[Any], resp_field: str,
+             order: Sequence[Any], denied: dict[str, list[Any]], key: Callable[[Any], Any],
+             post: Callable[[Any], Any] | None = None, local_fields: dict[Any, Any] | None = None) -> Decision:
     """Forward ``request`` with ``req_field`` = ``kept`` and merge ``denied`` back in request order;
     answer locally when nothing is kept.  ``post`` maps each upstream entry before merging."""
     cls = response_class(api_key, version)
@@ -124,7 +124,7 @@ def _partial(api_key: int, version: int, request, req_field: str, kept: Sequence
                                             **(local_fields or {}))))
     new_request = encode(dataclasses.replace(request, **{req_field: tuple(kept)}))
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(api_key, version, buf, off)
         upstream = getattr(response, resp_field)
         if post is not None:
@@ -134,8 +134,8 @@ def _partial(api_key: int, version: int, request, req_field: str, kept: Sequence
     return Decision(request=new_request, merge=merge)
 
 
-def _group(items: Iterable, name: Callable[[Any], str], entry: Callable[[Any], Any]) -> dict[str, list]:
-    out: dict[str, list] = {}
+def _group(items: Iterable[Any], name: Callable[[Any], str], entry: Callable[[Any], Any]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
     for item in items:
         out.setdefault(name(item), []).append(entry(item))
     return out

@@ -4,9 +4,13 @@ authorization is described in :mod:`protocol.apis.topic_common`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 import dataclasses
+from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
+from authz.acl import AclOperation
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
@@ -17,8 +21,9 @@ from protocol.errors import (
     TOPIC_AUTHORIZATION_FAILED,
 )
 from protocol.headers import RequestHeader
-from protocol.apis.metadata import _md_learn
+from protocol.apis.metadata import _first_of_each_name, _md_learn
 from protocol.apis.topic_common import OPS_NOT_REQUESTED, Op, TOPIC, _MSG, _ZERO_TIME, _distinct, _elem, _group, _ordered, _partial, invalid_topic_reason
+from protocol.services import LocalServices
 
 __all__ = ["SPECS"]
 
@@ -34,11 +39,11 @@ def _enforce_describe_topic_partitions(auth: AuthHelper, header: RequestHeader, 
     cls = response_class(75, version)
     topic_cls = _elem(cls, "topics")
 
-    def error_topic(error: int, name: str):
+    def error_topic(error: int, name: str) -> Any:
         return make(topic_cls, error_code=ErrorCode(error), name=name, topic_id=None, is_internal=False,
                     partitions=(), topic_authorized_operations=i32(OPS_NOT_REQUESTED))
 
-    def with_ops(t):
+    def with_ops(t: Any) -> Any:
         if t.name is None:
             return t
         return dataclasses.replace(t, topic_authorized_operations=i32(auth.authorized_operations(TOPIC, t.name)))
@@ -53,7 +58,7 @@ def _enforce_describe_topic_partitions(auth: AuthHelper, header: RequestHeader, 
         # and a page could end on one the client may not see.  So kgw asks for every topic name,
         # authorizes them as Kafka does, and forwards the named form of the request with the
         # allowed names at or after the cursor: the broker pages over exactly them.
-        async def then(services) -> Decision:
+        async def then(services: LocalServices) -> Decision:
             listing = await services.upstream.topic_names(0)
             cursor = request.cursor
             start = cursor.topic_name if cursor is not None else ""
@@ -66,7 +71,7 @@ def _enforce_describe_topic_partitions(auth: AuthHelper, header: RequestHeader, 
                                         cursor=cursor if cursor is not None and cursor.topic_name in allowed else None)
             listed = set(allowed)
 
-            def merge_all(buf, off: int) -> bytes:
+            def merge_all(buf: memoryview | bytes, off: int) -> bytes:
                 response = decode_response(75, version, buf, off)
                 # a topic deleted since the listing is an error entry in the named form, skipped in
                 # Kafka's all-topics form; anything not asked for is not the client's
@@ -93,12 +98,11 @@ def _enforce_describe_topic_partitions(auth: AuthHelper, header: RequestHeader, 
     # Forward exactly the authorized names (at or after the cursor, each once), never the
     # client's list: names before the cursor were neither authorized nor asked for.
     kept = [t for t in request.topics if t.name in allowed]
-    seen: set[str] = set()
-    kept = [t for t in kept if not (t.name in seen or seen.add(t.name))]
+    kept = _first_of_each_name(kept)
     new_cursor = cursor if cursor is not None and cursor.topic_name in allowed else None
     new_request = encode(dataclasses.replace(request, topics=tuple(kept), cursor=new_cursor))
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(75, version, buf, off)
         mine = [t for t in response.topics if t.name in allowed]  # whatever else the upstream sent
         _md_learn(mine, auth.topics)
@@ -108,7 +112,7 @@ def _enforce_describe_topic_partitions(auth: AuthHelper, header: RequestHeader, 
     return Decision(request=new_request, merge=merge)
 
 
-def _filter_topics(auth: AuthHelper, op, api_key: int, version: int, request, name_of, error_entry) -> Decision:
+def _filter_topics(auth: AuthHelper, op: AclOperation, api_key: int, version: int, request: Any, name_of: Callable[..., Any], error_entry: Callable[..., Any]) -> Decision:
     """One TOPIC batch filter over ``request.topics`` (refCount = entries per name): FORWARD when
     every name is allowed, else the allowed entries forwarded and ``error_entry(t)`` answered for
     each denied one, merged back in request order."""
@@ -127,7 +131,7 @@ def _enforce_list_offsets(auth: AuthHelper, header: RequestHeader, body: memoryv
         return FORWARD
     version = header.api_version
 
-    def error_entry(t):
+    def error_entry(t: Any) -> Any:
         topic_cls = _elem(response_class(2, version), "topics")
         part_cls = _elem(topic_cls, "partitions")
         return topic_cls(name=t.name, partitions=tuple(
@@ -146,7 +150,7 @@ def _enforce_offset_for_leader_epoch(auth: AuthHelper, header: RequestHeader, bo
         return FORWARD
     version = header.api_version
 
-    def error_entry(t):
+    def error_entry(t: Any) -> Any:
         topic_cls = _elem(response_class(23, version), "topics")
         part_cls = _elem(topic_cls, "partitions")
         return topic_cls(topic=t.topic, partitions=tuple(
@@ -162,7 +166,7 @@ def _enforce_delete_records(auth: AuthHelper, header: RequestHeader, body: memor
         return FORWARD
     version = header.api_version
 
-    def error_entry(t):
+    def error_entry(t: Any) -> Any:
         topic_cls = _elem(response_class(21, version), "topics")
         part_cls = _elem(topic_cls, "partitions")
         return topic_cls(name=t.name, partitions=tuple(
@@ -193,7 +197,7 @@ def _enforce_describe_producers(auth: AuthHelper, header: RequestHeader, body: m
             errors.append(None)
     if all(e is None for e in errors):
         return FORWARD
-    denied: dict[str, list] = {}
+    denied: dict[str, list[Any]] = {}
     order: list[str] = []
     kept = []
     for t, err in zip(request.topics, errors):

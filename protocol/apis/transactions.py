@@ -36,9 +36,11 @@ partition of a failed AddPartitionsToTxn; kgw has no metadata and says 55.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 from datetime import datetime, timedelta, timezone
 
+from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
 
@@ -101,12 +103,12 @@ def _enforce_init_producer_id(auth: AuthHelper, header: RequestHeader, body: mem
 # --------------------------------------------------------------------------- AddPartitionsToTxn (24)
 
 
-def _add_partitions_v3_response(version: int, topics, code_of) -> bytes:
+def _add_partitions_v3_response(version: int, topics: Any, code_of: Callable[..., Any]) -> bytes:
     """v0-3 response: one result per request topic (request order), ``code_of(topic)`` per partition."""
     cls = response_class(24, version)
     topic_cls = nested(cls, "results_by_topic_v3_and_below")
     part_cls = nested(topic_cls, "results_by_partition")
-    merged: dict[str, list] = {}
+    merged: dict[str, list[Any]] = {}
     for t in topics:  # Kafka's result collection is keyed by topic name
         code = _ec(code_of(t.name))
         merged.setdefault(t.name, []).extend(
@@ -171,19 +173,19 @@ def _enforce_end_txn(auth: AuthHelper, header: RequestHeader, body: memoryview, 
 # --------------------------------------------------------------------------- TxnOffsetCommit (28)
 
 
-def _txn_offset_topics(version: int, topics, code: int) -> list:
+def _txn_offset_topics(version: int, topics: Any, code: int) -> list[Any]:
     """Kafka's ``TxnOffsetCommitResponse.Builder``: one entry per distinct name, partitions in order."""
     cls = response_class(28, version)
     topic_cls = nested(cls, "topics")
     part_cls = nested(topic_cls, "partitions")
-    merged: dict[str, list] = {}
+    merged: dict[str, list[Any]] = {}
     for t in topics:
         merged.setdefault(t.name, []).extend(
             part_cls(partition_index=p.partition_index, error_code=_ec(code)) for p in t.partitions)
     return [topic_cls(name=name, partitions=tuple(parts)) for name, parts in merged.items()]
 
 
-def _txn_offset_whole(version: int, topics, code: int) -> bytes:
+def _txn_offset_whole(version: int, topics: Any, code: int) -> bytes:
     """``TxnOffsetCommitRequest.getErrorResponse``: the error on every requested partition."""
     cls = response_class(28, version)
     topic_cls = nested(cls, "topics")
@@ -213,7 +215,7 @@ def _enforce_txn_offset_commit(auth: AuthHelper, header: RequestHeader, body: me
         return Decision(respond=encode(make(cls, throttle_time=_ZERO, topics=tuple(errors))))
     reduced = encode(dataclasses.replace(request, topics=kept))
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(28, version, buf, off)
         by_name = {t.name: i for i, t in enumerate(errors)}
         out = list(errors)
@@ -232,7 +234,7 @@ def _enforce_txn_offset_commit(auth: AuthHelper, header: RequestHeader, body: me
 # --------------------------------------------------------------------------- DescribeTransactions (65)
 
 
-def _filter_state_topics(auth: AuthHelper, state):
+def _filter_state_topics(auth: AuthHelper, state: Any) -> Any:
     """Keep the topics of one transaction state the caller may DESCRIBE (one call per topic, T/T)."""
     kept = tuple(t for t in state.topics if auth.allowed(_T.TOPIC, t.topic, _Op.DESCRIBE))
     return state if len(kept) == len(state.topics) else dataclasses.replace(state, topics=kept)
@@ -249,7 +251,7 @@ def _enforce_describe_transactions(auth: AuthHelper, header: RequestHeader, body
     cls = response_class(65, version)
     state_cls = nested(cls, "transaction_states")
 
-    def denied_state(txn: str):
+    def denied_state(txn: str) -> Any:
         return make(state_cls, error_code=_ec(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), transactional_id=txn,
                     transaction_state="", transaction_timeout=_ZERO, transaction_start_time=_EPOCH,
                     producer_id=i64(0), producer_epoch=i16(0), topics=())
@@ -259,7 +261,7 @@ def _enforce_describe_transactions(auth: AuthHelper, header: RequestHeader, body
                                             transaction_states=tuple(denied_state(t) for t in ids))))
     allowed_ids = tuple(t for t, ok in zip(ids, verdicts) if ok)
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(65, version, buf, off)
         upstream = list(response.transaction_states)
         out = []
@@ -287,7 +289,7 @@ def _enforce_list_transactions(auth: AuthHelper, header: RequestHeader, body: me
         return FORWARD
     version = header.api_version
 
-    def merge(buf, off: int) -> bytes:
+    def merge(buf: memoryview | bytes, off: int) -> bytes:
         response = decode_response(66, version, buf, off)
         kept = tuple(s for s in response.transaction_states
                      if auth.allowed(_T.TRANSACTIONAL_ID, s.transactional_id, _Op.DESCRIBE))
