@@ -14,7 +14,7 @@ through it, and prints the median time per request of each step:
   enforcement, slot);
 * ``upstream event``: the upstream socket became readable → the response was
   read, completed and written to the client;
-* ``complete``: ``ClientConnection._complete`` (pairing, rewrite check, merge);
+* ``complete``: ``ConnectionCore._complete`` (pairing, rewrite check, merge);
 * ``write``: one ``DataPlane._write`` call (the ``write`` system call and its loop).
 
 The timers add a little to every step; read the figures relative to each other.

@@ -250,7 +250,7 @@ class ClientConnection(ConnectionCore):
 
     async def _send_upstream(self, frames: list[memoryview]) -> None:
         if self.on_data_plane:  # on the data plane the lane sends, when it resumes
-            self._lane_upstream.extend(frames)
+            self.lane.awaited_upstream.extend(frames)
         else:
             assert self._upstream is not None
             await self.upstream_side.send(self._upstream, frames)

@@ -1,4 +1,4 @@
-"""The Trio-free core of one client connection: what both I/O drivers share.
+"""The event-loop-free core of one client connection: what both I/O drivers share.
 
 Theory of operation
 -------------------
@@ -180,6 +180,13 @@ class Slot:
         self.deadline = math.inf
 
 
+def _again(fn: Any, *args: Any) -> Any:
+    """The continuation of a step that only waited (for room, for the upstream connection):
+    ``fn(*args, to_upstream)`` again, the awaited result ignored.  (Built here, not as a
+    lambda in ``fn``: a closure there would make its variables cells on every call.)"""
+    return lambda _result, to_upstream: fn(*args, to_upstream)
+
+
 class ConnectionCore:
     """Slots, order, dispatch, deadlines and completion of one client connection (no I/O).
 
@@ -215,7 +222,6 @@ class ConnectionCore:
         #: the data plane's Lane while it serves this connection: it owns both sockets then, and
         #: the Trio driver leaves sending and flushing to it (see :attr:`on_data_plane`)
         self.lane: Any = None
-        self._lane_upstream: list = []  # frames the slow path queued for the upstream while on the data plane
         #: on the data plane: request counters incremented once the request went upstream (its
         #: response is read in a later event, so it is counted before the client can see it)
         self._deferred: list | None = None
@@ -343,13 +349,18 @@ class ConnectionCore:
         if kind is _SASL:
             return NeedLogin(session, header, spec, body)
         if advertised is None:  # the upstream's versions are not known yet
-            return NeedVersions(lambda table, out: self._advertised_known(frame, header, spec, body, table, out))
+            return self._need_versions(frame, header, spec, body)
         return self._dispatch_known(frame, header, spec, body, advertised, to_upstream, route)
 
-    def _advertised_known(self, frame: memoryview, header: RequestHeader, spec: ApiSpec, body: memoryview,
-                          advertised, to_upstream: list) -> bool | Await:
-        route = self._route(header.api_key, header.api_version, advertised)
-        return self._dispatch_known(frame, header, spec, body, advertised, to_upstream, route)
+    # (The continuations are built in methods of their own: a closure in dispatch or
+    # _dispatch_known would turn the variables it captures into cells on every request.)
+
+    def _need_versions(self, frame: memoryview, header: RequestHeader, spec: ApiSpec, body: memoryview) -> Await:
+        def known(advertised: Any, to_upstream: list) -> bool | Await:
+            route = self._route(header.api_key, header.api_version, advertised)
+            return self._dispatch_known(frame, header, spec, body, advertised, to_upstream, route)
+
+        return NeedVersions(known)
 
     def _dispatch_known(self, frame: memoryview, header: RequestHeader, spec: ApiSpec, body: memoryview,
                         advertised, to_upstream: list, route: tuple) -> bool | Await:
@@ -360,18 +371,24 @@ class ConnectionCore:
             raise self._unsupported(spec, header, advertised.get(header.api_key))
         auth = self._auth_helper(header)
         large = len(frame) > self._offload_request and self._is_large(frame)
+        if large:  # inspected (and authorized) on a worker thread, off the shared loops
+            return self._offloaded(kind is _LOCAL, frame, header, spec, body, auth)
         if kind is _LOCAL:
-            if large:
-                return NeedWorker(lambda: self._inspected(spec, spec.inspect, header, body),
-                                  lambda info, _out: self._local_answer(frame, header, spec, body, auth, info, large))
             info = self._inspected(spec, spec.inspect, header, body)
-            return self._local_answer(frame, header, spec, body, auth, info, large)
-        if large:  # inspected and authorized on a worker thread, off the shared loops
-            return NeedWorker(lambda: self._inspect_and_enforce(spec, header, body, auth),
-                              lambda done, out: self._decided(header, spec, done[0], body, frame, done[1], out, large))
+            return self._local_answer(frame, header, spec, body, auth, info, False)
         info = self._inspected(spec, route[3], header, body)
         decision = self._enforce(spec, auth, header, body, info)
+        if decision is FORWARD:  # the common case: nothing for _decided to carry out
+            return self._forward(header, spec, info, frame, None, False, to_upstream)
         return self._decided(header, spec, info, body, frame, decision, to_upstream, large)
+
+    def _offloaded(self, local: bool, frame: memoryview, header: RequestHeader, spec: ApiSpec, body: memoryview,
+                   auth: AuthHelper) -> NeedWorker:
+        if local:
+            return NeedWorker(lambda: self._inspected(spec, spec.inspect, header, body),
+                              lambda info, _out: self._local_answer(frame, header, spec, body, auth, info, True))
+        return NeedWorker(lambda: self._inspect_and_enforce(spec, header, body, auth),
+                          lambda done, out: self._decided(header, spec, done[0], body, frame, done[1], out, True))
 
     def _local_answer(self, frame: memoryview, header: RequestHeader, spec: ApiSpec, body: memoryview,
                       auth: AuthHelper, info: RequestInfo, large: bool) -> NeedLocalAnswer:
@@ -388,8 +405,7 @@ class ConnectionCore:
                  frame: memoryview, decision: Decision, to_upstream: list, large: bool) -> bool | Await:
         """Carry out an enforcement's decision."""
         if decision.then is not None:  # it must ask the upstream before it decides
-            return NeedUpstreamAnswer(spec, decision.then, lambda decided, out: self._decided(
-                header, spec, info, body, frame, decided, out, large))
+            return self._ask_upstream(header, spec, info, body, frame, decision, large)
         if decision.close is not None:
             raise CloseConnection(decision.close, "denied")
         if decision.respond is not None:
@@ -398,23 +414,32 @@ class ConnectionCore:
             frame = self._rebuilt(body, header, decision.request)
         return self._forward(header, spec, info, frame, decision.merge, large, to_upstream)
 
+    def _ask_upstream(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, body: memoryview,
+                      frame: memoryview, decision: Decision, large: bool) -> NeedUpstreamAnswer:
+        assert decision.then is not None
+        return NeedUpstreamAnswer(spec, decision.then, lambda decided, out: self._decided(
+            header, spec, info, body, frame, decided, out, large))
+
     def _forward(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, frame: memoryview, merge,
                  large: bool, to_upstream: list) -> bool | Await:
         if self._upstream is None:
-            return NeedUpstream(lambda _none, out: self._forward(header, spec, info, frame, merge, large, out))
+            return NeedUpstream(_again(self._forward, header, spec, info, frame, merge, large))
         if info.expects_response:
             if len(self.pending) >= self.max_in_flight and self.lane is None:
-                return NeedSpace(lambda _none, out: self._forward(header, spec, info, frame, merge, large, out))
-            self._track(header, spec, info, merge).large = large and merge is not None
+                return NeedSpace(_again(self._forward, header, spec, info, frame, merge, large))
+            self._track(header, spec, info, merge, large and merge is not None)
         to_upstream.append(frame)
         return False
 
     def _answer(self, header: RequestHeader, spec: ApiSpec, body: bytes) -> bool | Await:
         """Queue an answer kgw built, once there is room for it (``max_in_flight``)."""
         if len(self.pending) >= self.max_in_flight and self.lane is None:
-            return NeedSpace(lambda _none, out: self._answer(header, spec, body))
+            return NeedSpace(_again(self._answer_into, header, spec, body))
         self.queue_answer(header, spec, body)
         return True
+
+    def _answer_into(self, header: RequestHeader, spec: ApiSpec, body: bytes, _to_upstream: list) -> bool | Await:
+        return self._answer(header, spec, body)
 
     @staticmethod
     def answer_refused(spec: ApiSpec, header: RequestHeader, error: Exception) -> CloseConnection:
@@ -543,10 +568,13 @@ class ConnectionCore:
         """Whether the client must not be read: too many answers wait for it to read them."""
         return self.unsent >= self.max_unsent
 
-    def _track(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, merge) -> Slot:
-        """A forwarded request that expects a response: its place in the response order."""
+    def _track(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, merge, large: bool = False) -> Slot:
+        """A forwarded request that expects a response: its place in the response order
+        (``large``: its merge runs off the shared loops too)."""
         slot = Slot(header, spec)
         slot.merge = merge
+        if large:
+            slot.large = True
         now = time.monotonic()
         slot.sent_at = now
         slot.deadline = now + self._request_timeout_s + info.broker_wait_s

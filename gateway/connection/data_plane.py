@@ -6,8 +6,8 @@ Trio's scheduler costs a few tens of microseconds of Python per wake-up, and a
 proxied request needs two (the request arrives, its response arrives).  On
 small sequential requests that is most of what a gateway adds to latency
 (docs/benchmarks.md).  So once a connection's client and upstream sockets are
-both plain TCP and its upstream connection is open, :class:`ConnectionCore`
-hands it to this thread, which serves the *forwarding path* with a raw
+both plain TCP and its upstream connection is open, the connection's Trio task
+hands it to this thread (:mod:`gateway.connection.handoff`), which serves the *forwarding path* with a raw
 level-triggered epoll loop and no task switches:
 
 * client readable → frame → :meth:`ConnectionCore.dispatch` (the one

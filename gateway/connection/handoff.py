@@ -59,8 +59,8 @@ async def serve_in_data_plane(conn, decoder: FrameDecoder) -> None:
                     await _until_released(receive)
                     released = True
                     raise
-                frames = conn._lane_upstream + to_upstream
-                conn._lane_upstream = []
+                frames = lane.awaited_upstream + to_upstream
+                lane.awaited_upstream = []
                 dp.resume(lane, frames)
                 continue
             if kind == "heavy":  # a large upstream response: completed here, the lane paused

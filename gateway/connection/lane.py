@@ -21,7 +21,7 @@ class Lane:
 
     __slots__ = ("conn", "cfd", "ufd", "cdec", "udec", "cout", "uout", "paused", "closed", "post",
                  "cmask", "umask", "bytes_in", "bytes_out", "n_in", "n_out", "deferred", "draining",
-                 "backlog", "queued")
+                 "backlog", "queued", "awaited_upstream")
 
     def __init__(self, conn: "ConnectionCore", cfd: int, ufd: int, client_decoder: FrameDecoder,
                  upstream_frames: list, post: Callable[[tuple], None]) -> None:
@@ -52,6 +52,9 @@ class Lane:
         self.backlog = bool(client_decoder.buffered)
         #: on the data plane's ready list
         self.queued = False
+        #: frames an awaited step sent towards the upstream while the lane was paused (the
+        #: Trio task does not write to the upstream socket then); sent when the lane resumes
+        self.awaited_upstream: list[memoryview] = []
 
     def metrics(self) -> None:
         deferred = self.deferred

@@ -73,7 +73,7 @@ class Supervisor:
         self.stopping = False
 
     def _argv(self, index: int) -> list[str]:
-        return [sys.executable, "-m", "gateway.cli.main", "run", "--config", self.config_path, "--worker-index", str(index)]
+        return [sys.executable, "-m", "gateway.cli", "run", "--config", self.config_path, "--worker-index", str(index)]
 
     async def _run_one(self, worker: _Worker, failed_start: trio.Event) -> None:
         backoff = _BACKOFF_FIRST_S

@@ -66,7 +66,7 @@ def _config(super_users: str = "User:admin") -> dict:
 
 def _kgw() -> list[str]:
     script = Path(sys.executable).parent / "kgw"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "gateway.cli.main"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "gateway.cli"]
 
 
 def seed_acl(data_dir: Path, *resource: str, operation: str) -> None:

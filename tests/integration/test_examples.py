@@ -51,7 +51,7 @@ def test_every_example_has_a_test():
 
 
 def _kgw(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gateway.cli.main", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], capture_output=True, text=True, timeout=60)
 
 
 def _on_this_machine(name: str, work: Path, upstream: str, node_ids: tuple[int, ...]) -> tuple[dict, Path]:

@@ -93,7 +93,7 @@ def rows(df) -> set[tuple]:
 
 
 def seed_acl(data_dir: Path, principal: str, *args: str) -> None:
-    cmd = [sys.executable, "-m", "gateway.cli.main", "acls", "add", "--data-dir", str(data_dir),
+    cmd = [sys.executable, "-m", "gateway.cli", "acls", "add", "--data-dir", str(data_dir),
            "--principal", principal, *args]
     done = subprocess.run(cmd, env=gateway_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -14,7 +14,7 @@ ANONYMOUS = "User:ANONYMOUS"
 
 
 def kgw_command() -> list[str]:
-    """The kgw executable (or ``python -m gateway.cli.main``)."""
+    """The kgw executable (or ``python -m gateway.cli``)."""
     return gateway_argv("unused")[:-3]
 
 

@@ -83,12 +83,12 @@ def gateway_argv(config_path: Path | str) -> list[str]:
     """The command line for ``kgw run --config FILE``.
 
     Uses the console script beside the running interpreter when present
-    (that is what users run), otherwise ``python -m gateway.cli.main``.
+    (that is what users run), otherwise ``python -m gateway.cli``.
     """
     script = Path(sys.executable).parent / "kgw"
     if script.exists():
         return [str(script), "run", "--config", str(config_path)]
-    return [sys.executable, "-m", "gateway.cli.main", "run", "--config", str(config_path)]
+    return [sys.executable, "-m", "gateway.cli", "run", "--config", str(config_path)]
 
 
 def gateway_env(code: Path | None = None) -> dict[str, str]:
@@ -96,7 +96,7 @@ def gateway_env(code: Path | None = None) -> dict[str, str]:
     kgw, e.g. the commit a benchmark compares against) ahead of the installed package."""
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"  # readiness lines must not sit in a buffer
-    # Run from the repo so `python -m gateway.cli.main` resolves without install.
+    # Run from the repo so `python -m gateway.cli` resolves without install.
     repo = str(code or Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
@@ -196,14 +196,14 @@ def launch_gateway(
     open_files: int | None = None,
 ) -> Gateway:
     """Write ``config``, run ``kgw run --config`` and wait for ``ready``; ``code``: run that
-    checkout of kgw instead of this one (``python -m gateway.cli.main`` from it); ``open_files``:
+    checkout of kgw instead of this one (``python -m gateway.cli`` from it); ``open_files``:
     the process' open-file limit (``ulimit -n``; the same process id, stopped by it).
 
     The readiness protocol: one ``listening: NAME host:port`` line per
     listener, then ``admin: http://host:port``, then ``ready``.
     """
     config_path = write_config(work_dir / f"{name}.yaml", config)
-    argv = gateway_argv(config_path) if code is None else [sys.executable, "-m", "gateway.cli.main", "run", "--config",
+    argv = gateway_argv(config_path) if code is None else [sys.executable, "-m", "gateway.cli", "run", "--config",
                                                             str(config_path)]
     if open_files is not None:  # set the limit, then become kgw (exec: the same process id)
         argv = [sys.executable, "-c", "import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, "

@@ -69,7 +69,7 @@ def test_the_image_config_passes_kgw_check(tmp_path):
     text = IMAGE_CONFIG.read_text().replace("/var/lib/kgw", str(tmp_path / "var-lib-kgw"))
     path = tmp_path / "kgw.yaml"
     path.write_text(text)
-    done = _run([sys.executable, "-m", "gateway.cli.main", "check", "--no-ports", "--config", str(path)])
+    done = _run([sys.executable, "-m", "gateway.cli", "check", "--no-ports", "--config", str(path)])
     assert done.returncode == 0, done.stderr
     assert "OK: PLAINTEXT (PLAINTEXT) on 0.0.0.0:9192" in done.stdout
 

@@ -13,7 +13,7 @@ from configs.yaml_reader import parse_config
 
 
 def _kgw(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gateway.cli.main", *args], input=stdin, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], input=stdin, capture_output=True, text=True,
                           timeout=60)
 
 

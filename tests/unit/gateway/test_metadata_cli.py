@@ -174,7 +174,7 @@ def test_the_shell_on_a_terminal_prompts_with_the_working_directory(tmp_path, ca
     d = str(tmp_path / "md")
     _seed(capsys, d)
     kgw = Path(sys.executable).parent / "kgw"
-    argv = [str(kgw)] if kgw.exists() else [sys.executable, "-m", "gateway.cli.main"]
+    argv = [str(kgw)] if kgw.exists() else [sys.executable, "-m", "gateway.cli"]
     leader, follower = pty.openpty()
     proc = subprocess.Popen([*argv, "metadata", "shell", "--data-dir", d], stdin=follower, stdout=follower,
                             stderr=follower, close_fds=True)
