@@ -1,5 +1,5 @@
 # Two entry points, both self-contained on a fresh machine:
-#   make demo   -> set up, start a local tansu broker and kgw in front of it
+#   make demo   -> set up, start a local tansu broker and kgw in front of it (make demo PORT=19192: another port)
 #   make test   -> set up, run the whole test suite
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -46,7 +46,7 @@ setup: $(STAMP) $(KAFKA_STAMP) $(SPARK_KAFKA_STAMP)
 	  else echo "missing tools: sudo apt-get install $(DEBS)"; fi; fi
 
 demo: setup
-	KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs $(VENV)/bin/kgw demo
+	KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs $(VENV)/bin/kgw demo $(if $(PORT),--port $(PORT))
 
 # what configs/examples/tls-and-sasl.yaml needs (development certificates, not for production)
 certs: $(STAMP)

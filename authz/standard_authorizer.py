@@ -145,6 +145,14 @@ def _parse_super_users(value: Any) -> frozenset[str]:
     return frozenset(users)
 
 
+def _boolean_text(key: str, value: Any) -> Any:
+    """``value`` when it is a boolean or absent; a YAML value that is neither (``nope``) is a
+    mistake (Java's parseBoolean would read it as false, and allow nobody)."""
+    if value is None or isinstance(value, bool) or str(value).strip().lower() in ("true", "false"):
+        return value
+    raise ConfigError(f"{key}: {value!r} is not true or false")
+
+
 def _parse_java_boolean(value: Any) -> bool:
     """Java's ``Boolean.parseBoolean`` after trimming: only "true" (any case) is true."""
     if isinstance(value, bool):
@@ -197,9 +205,15 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
 
     # -- lifecycle ------------------------------------------------------------
 
+    @staticmethod
+    def config_keys() -> Collection[str]:
+        """Every key :meth:`configure` reads (kgw refuses others in ``authorizer.config``)."""
+        return frozenset({SUPER_USERS_CONFIG, ALLOW_EVERYONE_IF_NO_ACL_FOUND_CONFIG, "node.id", "broker.id"})
+
     def configure(self, configs: Mapping[str, Any]) -> None:
         super_users = _parse_super_users(configs.get(SUPER_USERS_CONFIG))
-        allow_everyone = _parse_java_boolean(configs.get(ALLOW_EVERYONE_IF_NO_ACL_FOUND_CONFIG))
+        allow_everyone = _parse_java_boolean(_boolean_text(ALLOW_EVERYONE_IF_NO_ACL_FOUND_CONFIG,
+                                                           configs.get(ALLOW_EVERYONE_IF_NO_ACL_FOUND_CONFIG)))
         node_id = configs.get("node.id", configs.get("broker.id"))
         self._node_id = int(node_id) if node_id is not None else None
         self._data = self._data.copy_with(super_users=super_users, allow_everyone=allow_everyone)

@@ -45,10 +45,69 @@ from configs.policies import PolicyLoadError, parse_rules
 from configs.gateway_config import AUDIT_LEVELS, AdminConfig, AlterConfigsPolicyConfig, AuditConfig, AuthorizerConfig, ClientAuth, ConfigError, GatewayConfig, IoConfig, LOG_FORMATS, LOG_LEVELS, LimitsConfig, ListenerConfig, ListenerSaslConfig, ListenerTlsConfig, LoggingConfig, MetadataConfig, SecurityProtocol, UpstreamConfig, UpstreamSaslConfig, UpstreamTlsConfig, UsersConfig, WILDCARD_HOSTS
 from configs.yaml_checks import _str, _BIND_PORT, _Ctx, _HOST, _IMPORT_PATH, _Invalid, _LISTENER_NAME, _Loader, _MECHANISM, _PORT, _POSITIVE, _PROTOCOL, _Reader, _SCRAM_ITERATIONS, _SCRAM_MECHANISM, _STR, _address, _base64, _bool, _choice, _config_map, _describe, _int, _join, _list, _path, _pbkdf2, _section, _sha256_hex, _yaml_error
 
-__all__ = ["load_config", "parse_config"]
+__all__ = ["apply_overrides", "load_config", "parse_config"]
 
-def load_config(path: str | os.PathLike[str]) -> GatewayConfig:
-    """Read, parse and validate a YAML configuration file.
+_SEGMENT = re.compile(r"^([A-Za-z_][\w.-]*?)((?:\[\d+\])*)$")
+
+def apply_overrides(raw: Any, overrides: Sequence[str], source: str) -> Any:
+    """``raw`` (a parsed YAML document) with each ``key.path=value`` of ``overrides`` set, in
+    order: ``upstream.bootstrap_servers=[broker:9092]``, ``listeners[0].port=19092``,
+    ``admin.port=0``.  The value is read as YAML (a number, a list, ``null``); a missing
+    section is created.  A path through something that is not a section or list is an error
+    naming the override, as is a list index past the end.
+
+    :raises ConfigError: an override that cannot be applied.
+    """
+    doc = {} if raw is None else raw
+    for override in overrides:
+        where = f"--set {override}"
+        key, sep, text = override.partition("=")
+        if not sep or not key:
+            raise ConfigError(source, [f"{where}: expected KEY.PATH=VALUE"])
+        try:
+            value = yaml.load(text, Loader=_Loader) if text.strip() else ""  # noqa: S506 - a SafeLoader
+        except yaml.YAMLError as exc:
+            raise ConfigError(source, [f"{where}: {_yaml_error(exc)}"]) from None
+        steps: list[str | int] = []
+        for part in key.split("."):
+            m = _SEGMENT.match(part)
+            if m is None:
+                raise ConfigError(source, [f"{where}: {part!r} is not a key (letters, digits, _ and -, "
+                                           "then optional [index])"])
+            steps.append(m.group(1))
+            steps.extend(int(i) for i in re.findall(r"\[(\d+)\]", m.group(2)))
+        if not isinstance(doc, dict):
+            raise ConfigError(source, [f"{where}: the configuration is not a mapping"])
+        node: Any = doc
+        for step, following in zip(steps, steps[1:]):
+            if isinstance(step, int):
+                if not isinstance(node, list) or step >= len(node):
+                    raise ConfigError(source, [f"{where}: no item [{step}] there"])
+                node = node[step]
+            else:
+                if not isinstance(node, dict):
+                    raise ConfigError(source, [f"{where}: {step!r} is inside something that is not a section"])
+                if node.get(step) is None:
+                    node[step] = [] if isinstance(following, int) else {}
+                node = node[step]
+        last = steps[-1]
+        if isinstance(last, int):
+            if not isinstance(node, list) or last > len(node):
+                raise ConfigError(source, [f"{where}: no item [{last}] there"])
+            if last == len(node):
+                node.append(value)
+            else:
+                node[last] = value
+        elif isinstance(node, dict):
+            node[last] = value
+        else:
+            raise ConfigError(source, [f"{where}: {last!r} is inside something that is not a section"])
+    return doc
+
+
+def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> GatewayConfig:
+    """Read, parse and validate a YAML configuration file, with ``overrides`` (``key.path=value``,
+    see :func:`apply_overrides`) set before it is checked.
 
     Relative paths in the file are resolved against the file's directory.
 
@@ -67,6 +126,8 @@ def load_config(path: str | os.PathLike[str]) -> GatewayConfig:
         raw = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
     except yaml.YAMLError as exc:
         raise ConfigError(source, [_yaml_error(exc)]) from None
+    if overrides:
+        raw = apply_overrides(raw, overrides, source)
     return parse_config(raw, source, base_dir=path.parent.absolute())
 
 

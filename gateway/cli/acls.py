@@ -44,16 +44,15 @@ _RESOURCES = {
 }
 
 
-def _resource(args, for_filter: bool):
-    chosen = [(k, getattr(args, k)) for k in _RESOURCES if getattr(args, k) is not None]
-    if len(chosen) > 1:
-        raise SystemExit("kgw acls: give at most one of --topic/--group/--cluster/--transactional-id/...")
+def _resources(args, for_filter: bool) -> list[tuple[ResourceType, str | None]]:
+    """Every resource named (each flag may repeat, as with kafka-acls), in the order given."""
+    chosen = [(_RESOURCES[kind], "kafka-cluster" if kind == "cluster" else name)
+              for kind in _RESOURCES for name in (getattr(args, kind) or ())]
     if not chosen:
         if for_filter:
-            return ResourceType.ANY, None
+            return [(ResourceType.ANY, None)]
         raise SystemExit("kgw acls add: name a resource (--topic NAME, --group NAME, --cluster, ...)")
-    kind, name = chosen[0]
-    return _RESOURCES[kind], ("kafka-cluster" if kind == "cluster" else name)
+    return list(dict.fromkeys(chosen))
 
 
 def _enum(enum_cls, text: str, *, concrete: bool = False):
@@ -66,28 +65,80 @@ def _enum(enum_cls, text: str, *, concrete: bool = False):
     return member
 
 
-def _binding(args) -> AclBinding:
-    rtype, name = _resource(args, for_filter=False)
-    pattern = PatternType.PREFIXED if args.prefixed else PatternType.LITERAL
-    return AclBinding(
-        ResourcePattern(rtype, name, pattern),
-        AccessControlEntry(args.principal, args.host, _enum(AclOperation, args.operation, concrete=True),
-                           AclPermissionType.DENY if args.deny else AclPermissionType.ALLOW),
-    )
+def _pattern_type(args, for_filter: bool, name: str | None) -> PatternType:
+    """--prefixed or --resource-pattern-type (kafka-acls' flag); a filter without a name matches any."""
+    if args.resource_pattern_type is not None:
+        chosen = _enum(PatternType, args.resource_pattern_type)
+        if args.prefixed and chosen is not PatternType.PREFIXED:
+            raise SystemExit(f"kgw acls: --prefixed contradicts --resource-pattern-type {args.resource_pattern_type}")
+        if not for_filter and chosen not in (PatternType.LITERAL, PatternType.PREFIXED):
+            raise SystemExit(f"kgw acls add: --resource-pattern-type {chosen.name.lower()} only filters; "
+                             "an ACL is literal or prefixed")
+        return chosen
+    if args.prefixed:
+        return PatternType.PREFIXED
+    return PatternType.ANY if for_filter and name is None else PatternType.LITERAL
 
 
-def _filter(args) -> AclBindingFilter:
-    rtype, name = _resource(args, for_filter=True)
-    pattern = PatternType.PREFIXED if args.prefixed else (PatternType.ANY if name is None else PatternType.LITERAL)
-    permission = AclPermissionType.ANY
-    if args.deny:
-        permission = AclPermissionType.DENY
-    return AclBindingFilter(
-        ResourcePatternFilter(rtype, name, pattern),
-        AccessControlEntryFilter(args.principal, None if args.host == "*" and not args.exact_host else args.host,
-                                 _enum(AclOperation, args.operation) if args.operation else AclOperation.ANY,
-                                 permission),
-    )
+def _entries(args, plain: AclPermissionType,
+             anyone: bool = False) -> list[tuple[str | None, str | None, AclPermissionType]]:
+    """(principal, host, permission) for every principal named: --principal (``plain``),
+    --allow-principal, --deny-principal; each with every --host, and --allow-host /
+    --deny-host for the principals of that permission (kafka-acls' flags).  ``anyone``: when
+    no principal is named, one entry for any principal (a filter)."""
+    hosts = list(args.host or ())
+    plain_principals = args.principal
+    if anyone and not (args.principal or args.allow_principal or args.deny_principal):
+        plain_principals = [None]
+    named = ((plain_principals, plain, []),
+             (args.allow_principal, AclPermissionType.ALLOW, args.allow_host),
+             (args.deny_principal, AclPermissionType.DENY, args.deny_host))
+    out = []
+    for principals, permission, own_hosts in named:
+        for principal in principals or ():
+            for host in dict.fromkeys([*hosts, *(own_hosts or ())]) or [None]:
+                out.append((principal, host, permission))
+    return list(dict.fromkeys(out))
+
+
+def _bindings(args) -> list[AclBinding]:
+    """The cross product of what was named (principals x hosts x operations x resources), as
+    kafka-acls --add creates it."""
+    entries = _entries(args, AclPermissionType.DENY if args.deny else AclPermissionType.ALLOW)
+    if not entries or not args.operation:
+        raise SystemExit("kgw acls add: --principal (or --allow-principal/--deny-principal) and --operation "
+                         "are required")
+    operations = list(dict.fromkeys(_enum(AclOperation, op, concrete=True) for op in args.operation))
+    out = []
+    for rtype, name in _resources(args, for_filter=False):
+        pattern = ResourcePattern(rtype, name, _pattern_type(args, False, name))
+        for principal, host, permission in entries:
+            for op in operations:
+                out.append(AclBinding(pattern, AccessControlEntry(principal, host or "*", op, permission)))
+    return out
+
+
+def _filters(args) -> list[AclBindingFilter]:
+    """One filter per combination named; an ACL matching any of them is listed (or removed).
+    A plain --principal matches both permissions unless --deny."""
+    entries = _entries(args, AclPermissionType.DENY if args.deny else AclPermissionType.ANY, anyone=True)
+    operations = [_enum(AclOperation, op) for op in args.operation] if args.operation else [AclOperation.ANY]
+    out = []
+    for rtype, name in _resources(args, for_filter=True):
+        pattern = ResourcePatternFilter(rtype, name, _pattern_type(args, True, name))
+        for principal, host, permission in entries:
+            if host == "*" and not args.exact_host:
+                host = None  # '*' filters as "any host" unless --exact-host
+            for op in dict.fromkeys(operations):
+                out.append(AclBindingFilter(pattern, AccessControlEntryFilter(principal, host, op, permission)))
+    return list(dict.fromkeys(out))
+
+
+def _filtered(args) -> bool:
+    """Whether list was given anything to match on."""
+    return any(getattr(args, k) for k in ("principal", "allow_principal", "deny_principal", "host", "allow_host",
+                                           "deny_host", "operation", "deny", "prefixed", "resource_pattern_type",
+                                           *_RESOURCES))
 
 
 async def _with_store(args, work):
@@ -105,34 +156,46 @@ def _print_binding(b: AclBinding) -> None:
 
 
 def cmd_acls(args) -> int:
-    if args.action == "add" and not (args.principal and args.operation):
-        raise SystemExit("kgw acls add: --principal and --operation are required")
     # the arguments are checked before the log is opened: a mistake writes nothing, creates nothing
-    binding = _binding(args) if args.action == "add" else None
-    binding_filter = _filter(args) if args.action in ("list", "remove") else None
+    bindings = _bindings(args) if args.action == "add" else None
+    filters = _filters(args) if args.action in ("list", "remove") else None
 
     async def list_(authorizer, _image):
-        for b in authorizer.acls(binding_filter):
+        shown = 0
+        for b in dict.fromkeys(b for f in filters for b in authorizer.acls(f)):
             _print_binding(b)
+            shown += 1
+        if not shown:
+            print("kgw acls list: no ACL matches" if _filtered(args) else "kgw acls list: no ACLs", file=sys.stderr)
         return 0
 
     async def add(authorizer, _image):
-        (result,) = await authorizer.create_acls(None, [binding])
-        if result.error_code:
-            print(f"kgw acls add: refused ({result.error_code}): {result.message}", file=sys.stderr)
-            return 1
-        print("added")
-        return 0
+        results = await authorizer.create_acls(None, bindings)
+        refused = [(b, r) for b, r in zip(bindings, results) if r.error_code]
+        for b, r in refused:
+            print(f"kgw acls add: refused ({r.error_code}): {r.message}", file=sys.stderr)
+        added = len(bindings) - len(refused)
+        if len(bindings) == 1:
+            if not refused:
+                print("added")
+        else:
+            print(f"added {added} of {len(bindings)}")
+        return 1 if refused else 0
 
     async def remove(authorizer, _image):
-        (result,) = await authorizer.delete_acls(None, [binding_filter])
-        if result.error_code:
-            print(f"kgw acls remove: refused ({result.error_code}): {result.message}", file=sys.stderr)
-            return 1
-        for d in result.deleted:
-            _print_binding(d.binding)
-        print(f"removed {len(result.deleted)}")
-        return 0
+        results = await authorizer.delete_acls(None, filters)
+        removed = 0
+        failed = False
+        for result in results:
+            if result.error_code:
+                print(f"kgw acls remove: refused ({result.error_code}): {result.message}", file=sys.stderr)
+                failed = True
+                continue
+            for d in result.deleted:
+                _print_binding(d.binding)
+                removed += 1
+        print(f"removed {removed}")
+        return 1 if failed else 0
 
     async def dump(_authorizer, image):
         print(render(dump_records(image.records())))
@@ -155,6 +218,8 @@ _EXAMPLES = """examples:
   kgw acls add --config kgw.yaml --principal User:* --operation DESCRIBE --topic '*'
   kgw acls add --data-dir ./kgw-data --principal User:mallory --host 10.0.0.9 --operation ALL --topic payments --deny
   kgw acls add --config kgw.yaml --principal User:admin --operation ALTER --cluster
+  kgw acls add --config kgw.yaml --allow-principal User:etl --operation READ --operation DESCRIBE --group etl-
+       --resource-pattern-type prefixed            (kafka-acls' flag names; flags repeat: every combination)
   kgw acls list --config kgw.yaml                                    every ACL
   kgw acls list --config kgw.yaml --principal User:alice --topic orders
   kgw acls remove --config kgw.yaml --principal User:alice --topic orders   (every operation; --operation narrows)
@@ -175,25 +240,35 @@ def register(sub) -> None:
                        help="gateway YAML: its metadata section says where the log is (directory or Kafka topic); "
                        "e.g. --config /etc/kgw/kgw.yaml")
     where.add_argument("--data-dir", metavar="DIR", help="the metadata log directory, e.g. --data-dir /var/lib/kgw/metadata")
-    p.add_argument("--principal", metavar="TYPE:NAME",
-                   help="e.g. --principal User:alice, or User:* for every user (list/remove: exact text)")
-    p.add_argument("--host", default="*", metavar="HOST",
+    p.add_argument("--principal", action="append", metavar="TYPE:NAME",
+                   help="e.g. --principal User:alice, or User:* for every user (list/remove: exact text); "
+                   "may repeat, as every flag naming a principal, host, operation or resource: add creates "
+                   "every combination, list and remove match any")
+    p.add_argument("--allow-principal", action="append", metavar="TYPE:NAME",
+                   help="as kafka-acls: an ALLOW ACL for this principal")
+    p.add_argument("--deny-principal", action="append", metavar="TYPE:NAME",
+                   help="as kafka-acls: a DENY ACL for this principal")
+    p.add_argument("--host", action="append", metavar="HOST",
                    help="client host the ACL applies to, e.g. --host 10.0.0.9 (default *: any host)")
+    p.add_argument("--allow-host", action="append", metavar="HOST", help="as kafka-acls: host of the --allow-principal ACLs")
+    p.add_argument("--deny-host", action="append", metavar="HOST", help="as kafka-acls: host of the --deny-principal ACLs")
     p.add_argument("--exact-host", action="store_true",
                    help="list/remove: match --host '*' literally instead of as 'any host'")
-    p.add_argument("--operation", metavar="OP",
+    p.add_argument("--operation", action="append", metavar="OP",
                    help="READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, "
                    "ALTER_CONFIGS, IDEMPOTENT_WRITE, ALL (add: required; not ANY)")
     p.add_argument("--deny", action="store_true", help="a DENY ACL (default ALLOW), e.g. --deny --operation ALL")
     p.add_argument("--prefixed", action="store_true",
                    help="PREFIXED pattern: --topic logs- --prefixed covers every topic starting with logs- "
                    "(default LITERAL; '*' is the wildcard)")
+    p.add_argument("--resource-pattern-type", metavar="TYPE",
+                   help="as kafka-acls: literal or prefixed (add); also any or match (list, remove)")
     for kind in _RESOURCES:
         if kind == "cluster":
-            p.add_argument("--cluster", action="store_const", const="kafka-cluster",
+            p.add_argument("--cluster", action="append_const", const="kafka-cluster",
                            help="the CLUSTER resource (e.g. ALTER for ACL and config changes)")
         else:
             flag = kind.replace("_", "-")
-            p.add_argument(f"--{flag}", dest=kind, metavar="NAME",
+            p.add_argument(f"--{flag}", dest=kind, action="append", metavar="NAME",
                            help=f"the {kind.replace('_', ' ')} resource, e.g. --{flag} {_EXAMPLE_NAMES.get(kind, 'name')}")
     p.set_defaults(func=cmd_acls)

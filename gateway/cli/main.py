@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import logging
 import os
 import shutil
@@ -152,11 +153,37 @@ def _quiet_collector_while_loading() -> None:
     gc.disable()
 
 
-def _checked_config(path: str, *, ports: bool):
+def _overrides(args) -> list[str]:
+    """``--set`` and its shorthands as ``key.path=value`` lines, in the order they apply."""
+    out = []
+    if getattr(args, "upstream", None):
+        out.append(f"upstream.bootstrap_servers={json.dumps(args.upstream)}")
+    if getattr(args, "port", None) is not None:
+        out.append(f"listeners[0].port={args.port}")
+        if args.port:  # the broker ports right above it (port 0: any free port, the bases stay)
+            out.append(f"listeners[0].broker_port_base={args.port + 1}")
+    if getattr(args, "admin_port", None) is not None:
+        out.append(f"admin.port={args.admin_port}")
+    return out + list(getattr(args, "set", None) or ())
+
+
+def _add_overrides(p) -> None:
+    p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE",
+                   help="set one configuration key over the file's, e.g. --set admin.port=0 or "
+                   "--set listeners[0].host=0.0.0.0 (the value is read as YAML); may repeat")
+    p.add_argument("--upstream", action="append", metavar="HOST:PORT",
+                   help="the brokers to bootstrap from instead of upstream.bootstrap_servers; may repeat")
+    p.add_argument("--port", type=int, metavar="PORT",
+                   help="the first listener's bootstrap port; its broker ports follow from PORT+1 "
+                   "(listeners[0].port, listeners[0].broker_port_base; 0: any free port)")
+    p.add_argument("--admin-port", type=int, metavar="PORT", help="the admin endpoint's port (admin.port; 0: any)")
+
+
+def _checked_config(path: str, *, ports: bool, overrides: list[str] | None = None):
     """The configuration at ``path`` and the problems start-up would meet with it (the
     YAML's, else the machine's: gateway/process/preflight.py), each line ``FILE: key.path: problem``."""
     try:
-        config = load_config(path)
+        config = load_config(path, overrides or ())
     except ConfigError as e:
         return None, str(e).splitlines()
     from gateway.process.preflight import problems
@@ -165,7 +192,7 @@ def _checked_config(path: str, *, ports: bool):
 
 
 def cmd_check(args) -> int:
-    config, errors = _checked_config(args.config, ports=not args.no_ports)
+    config, errors = _checked_config(args.config, ports=not args.no_ports, overrides=_overrides(args))
     if errors:
         print("kgw: invalid configuration:\n" + "\n".join(errors), file=sys.stderr)
         return 2
@@ -201,7 +228,7 @@ def _metadata_log_problem(config) -> str | None:
 
 def cmd_run(args) -> int:
     # a worker's ports are its siblings' too (SO_REUSEPORT): the supervisor checked them
-    config, errors = _checked_config(args.config, ports=args.worker_index is None)
+    config, errors = _checked_config(args.config, ports=args.worker_index is None, overrides=_overrides(args))
     if errors:
         print("kgw: invalid configuration:\n" + "\n".join(errors), file=sys.stderr)
         return 2
@@ -225,7 +252,8 @@ def cmd_run(args) -> int:
             return 2
         from gateway.process.workers import run_workers
 
-        return _run_main(lambda: run_workers(args.config, config, args.workers, _say), own_signals=True)
+        return _run_main(lambda: run_workers(args.config, config, args.workers, _say, overrides=_overrides(args)),
+                         own_signals=True)
     return _run_main(lambda: _serve(config))
 
 
@@ -458,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run N gateway processes sharing each listener's ports (SO_REUSEPORT); needs "
                      "metadata.backend: kafka; /metrics and /readyz on the admin port cover every worker")
     run.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
+    _add_overrides(run)
     run.set_defaults(func=cmd_run)
     check = sub.add_parser(
         "check", help="check a configuration as start-up would, without starting (exit 0, or 2 naming each problem)",
@@ -467,6 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Prints one line per problem as 'FILE: key.path: problem' and exits 2, or prints OK and exits 0. "
         "Example: kgw check --config configs/examples/standard-authorizer.yaml")
     check.add_argument("--config", required=True, help="path of the YAML configuration")
+    _add_overrides(check)
     check.add_argument("--no-ports", action="store_true",
                        help="do not check that ports are free (e.g. while the gateway to be replaced still runs)")
     check.set_defaults(func=cmd_check)
@@ -525,12 +555,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 1
+        parser.print_help(sys.stderr)
+        return 2  # a usage error, as argparse's own
     try:
         return args.func(args)
     except KeyboardInterrupt:
         return 0
+    except ConfigError as e:  # the offline tools read --config too: the same one clean error as run and check
+        print(f"kgw: invalid configuration:\n{e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

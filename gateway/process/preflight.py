@@ -13,6 +13,7 @@ Each problem names its key path, as the YAML reader's errors do.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 import socket
@@ -56,6 +57,16 @@ def build_authorizer(config: Any):
         authorizer = load_authorizer(config.authorizer.class_name)()
     except AuthorizerLoadError as e:
         raise AuthorizerConfigError("authorizer.class_name", str(e)) from None
+    keys = getattr(authorizer, "config_keys", None)
+    if callable(keys):
+        known = set(keys())
+        for key in config.authorizer.config:
+            if key not in known:
+                close = difflib.get_close_matches(str(key), sorted(known), n=1)
+                hint = f' (did you mean "{close[0]}"?)' if close else ""
+                raise AuthorizerConfigError(
+                    f"authorizer.config.{key}",
+                    f"not a key {type(authorizer).__name__} reads{hint}; it reads: {', '.join(sorted(known))}")
     try:
         authorizer.configure(dict(config.authorizer.config))
     except Exception as e:  # noqa: BLE001 - a plug-in's configure() may raise anything

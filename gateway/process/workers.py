@@ -66,14 +66,18 @@ class _Worker:
 
 
 class Supervisor:
-    def __init__(self, config_path: str, config, count: int) -> None:
+    def __init__(self, config_path: str, config, count: int, overrides: list[str] | None = None) -> None:
         self.config_path = config_path
+        #: the supervisor's --set lines (and their shorthands), given to every worker
+        self.overrides = list(overrides or ())
         self.config = config
         self.workers = [_Worker(i) for i in range(count)]
         self.stopping = False
 
     def _argv(self, index: int) -> list[str]:
-        return [sys.executable, "-m", "gateway.cli", "run", "--config", self.config_path, "--worker-index", str(index)]
+        sets = [arg for line in self.overrides for arg in ("--set", line)]
+        return [sys.executable, "-m", "gateway.cli", "run", "--config", self.config_path, *sets,
+                "--worker-index", str(index)]
 
     async def _run_one(self, worker: _Worker, failed_start: trio.Event) -> None:
         backoff = _BACKOFF_FIRST_S
@@ -199,9 +203,10 @@ def _merge_exposition(text: str, label: str, families: dict[str, list[str]], sam
         samples.setdefault(family, []).append(labelled)
 
 
-async def run_workers(config_path: str, config, count: int, say) -> None:
-    """Supervise ``count`` workers until a signal (see the module docstring)."""
-    supervisor = Supervisor(config_path, config, count)
+async def run_workers(config_path: str, config, count: int, say, overrides: list[str] | None = None) -> None:
+    """Supervise ``count`` workers until a signal (see the module docstring); each worker reads
+    ``config_path`` with the same ``overrides`` (``key.path=value``)."""
+    supervisor = Supervisor(config_path, config, count, overrides)
     failed_start = trio.Event()
     directory_lock = -1
     if config.metadata.backend == "directory":

@@ -296,8 +296,16 @@ def test_allow_everyone_blocked_by_prefix_or_wildcard_acl_of_anyone():
 
 
 def test_allow_everyone_defaults_to_false():
-    a = make(acl("other"), configs={"allow.everyone.if.no.acl.found": "yes"})  # Java: only "true"
+    a = make(acl("other"))
     assert check(a, "logs") is DENIED
+
+
+def test_allow_everyone_must_say_true_or_false():
+    """Java's parseBoolean reads "yes" as false; kgw refuses it rather than guess (the YAML
+    author meant something), naming the key.  Any case and surrounding blanks are fine."""
+    with pytest.raises(ConfigError, match=r"allow.everyone.if.no.acl.found: 'yes' is not true or false"):
+        make(acl("other"), configs={"allow.everyone.if.no.acl.found": "yes"})
+    assert check(make(acl("other"), configs={"allow.everyone.if.no.acl.found": " TRUE "}), "logs") is ALLOWED
 
 
 def test_allow_everyone_still_respects_deny():

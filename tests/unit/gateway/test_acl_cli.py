@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gateway.cli.main import main
 
 
@@ -124,3 +126,72 @@ def test_every_example_in_the_help_runs_as_written(tmp_path, capsys):
     for expected in ("User:etl", "logs-", "PREFIXED", "User:*", "User:mallory", "10.0.0.9", "DENY", "User:admin"):
         assert expected in listed, (expected, listed)
     assert "User:alice" not in listed  # the remove example took it out
+
+
+def test_repeated_flags_are_all_kept_as_kafka_acls_does(tmp_path, capsys):
+    """The finding: `--operation READ --operation DESCRIBE` printed "added" and stored only
+    DESCRIBE.  Every repeat counts: add creates every combination, list and remove match any."""
+    d = str(tmp_path / "meta")
+    code, out, err = run(capsys, "add", "--data-dir", d, "--principal", "User:ann", "--principal", "User:bea",
+                         "--operation", "READ", "--operation", "DESCRIBE", "--topic", "t1", "--topic", "t2")
+    assert code == 0 and out.strip() == "added 8 of 8", (out, err)
+    listed = sorted(run(capsys, "list", "--data-dir", d)[1].splitlines())
+    assert listed == sorted(f"TOPIC:LITERAL:{t}\t{p}\t*\t{op}\tALLOW" for t in ("t1", "t2")
+                            for p in ("User:ann", "User:bea") for op in ("READ", "DESCRIBE"))
+    code, out, _ = run(capsys, "list", "--data-dir", d, "--principal", "User:bea", "--operation", "READ")
+    assert sorted(out.splitlines()) == ["TOPIC:LITERAL:t1\tUser:bea\t*\tREAD\tALLOW",
+                                        "TOPIC:LITERAL:t2\tUser:bea\t*\tREAD\tALLOW"]
+    code, out, _ = run(capsys, "remove", "--data-dir", d, "--principal", "User:ann", "--operation", "READ",
+                       "--operation", "DESCRIBE", "--topic", "t1")
+    assert code == 0 and out.splitlines()[-1] == "removed 2"
+    assert len(run(capsys, "list", "--data-dir", d)[1].splitlines()) == 6
+
+
+def test_kafka_acls_flag_names_are_understood(tmp_path, capsys):
+    d = str(tmp_path / "meta")
+    code, out, err = run(capsys, "add", "--data-dir", d, "--allow-principal", "User:svc", "--deny-principal",
+                         "User:intern", "--deny-host", "10.0.0.9", "--operation", "WRITE", "--topic", "logs-",
+                         "--resource-pattern-type", "prefixed")
+    assert code == 0, err
+    assert sorted(run(capsys, "list", "--data-dir", d)[1].splitlines()) == [
+        "TOPIC:PREFIXED:logs-\tUser:intern\t10.0.0.9\tWRITE\tDENY",
+        "TOPIC:PREFIXED:logs-\tUser:svc\t*\tWRITE\tALLOW",
+    ]
+    code, out, _ = run(capsys, "list", "--data-dir", d, "--deny-principal", "User:intern")
+    assert out.splitlines() == ["TOPIC:PREFIXED:logs-\tUser:intern\t10.0.0.9\tWRITE\tDENY"]
+    import pytest
+
+    with pytest.raises(SystemExit) as refused:
+        run(capsys, "add", "--data-dir", d, "--principal", "User:x", "--operation", "READ", "--topic", "t",
+            "--resource-pattern-type", "match")
+    assert "only filters" in str(refused.value)
+
+
+def test_an_empty_list_says_so(tmp_path, capsys):
+    d = str(tmp_path / "meta")
+    assert run(capsys, "add", "--data-dir", d, "--principal", "User:a", "--operation", "READ", "--topic", "t")[0] == 0
+    code, out, err = run(capsys, "list", "--data-dir", d, "--principal", "User:nobody")
+    assert code == 0 and out == "" and "no ACL matches" in err
+    run(capsys, "remove", "--data-dir", d)
+    code, out, err = run(capsys, "list", "--data-dir", d)
+    assert code == 0 and out == "" and "no ACLs" in err
+
+
+@pytest.mark.parametrize("argv", [["acls", "list"], ["users", "list"], ["metadata", "export"], ["acls", "dump"]])
+def test_offline_tools_name_a_bad_config_in_one_line_and_exit_2(tmp_path, capsys, argv):
+    """The finding: `kgw acls list --config nonexist.yaml` printed a Python traceback and exited 1."""
+    missing = tmp_path / "nonexist.yaml"
+    code = main([*argv, "--config", str(missing)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.splitlines() == ["kgw: invalid configuration:", f"{missing}: cannot read config file: No such file or directory"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("listeners: [{name: A, host: 127.0.0.1, port: 0, brokr_port_base: 1}]\nupstream: {bootstrap_servers: [h:1]}\n")
+    code = main([*argv, "--config", str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "brokr_port_base" in err
+
+
+def test_kgw_without_a_command_is_a_usage_error(capsys):
+    assert main([]) == 2
+    assert "usage: kgw" in capsys.readouterr().err

@@ -136,3 +136,93 @@ def test_a_typo_is_one_error_not_follow_on_errors_about_defaults(tmp_path, capsy
     assert rc == 2
     assert [e.split(": ")[1] for e in errors] == ["listeners[0].security_protocl", "upstream.bootstrap_server"]
     assert 'did you mean "security_protocol"?' in errors[0] and 'did you mean "bootstrap_servers"?' in errors[1]
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_a_mistyped_authorizer_key_is_named_with_a_suggestion(tmp_path, capsys, command):
+    """The finding: `super.user:` (typo) passed `kgw check`, leaving no administrator."""
+    path = _write(tmp_path, authorizer={"class_name": "authz.standard_authorizer:StandardAuthorizer",
+                                        "config": {"super.user": "User:admin"}})
+    rc, errors = _errors(capsys, [command, "--config", path])
+    assert rc == 2
+    assert len(errors) == 1 and errors[0].startswith(f'{path}: authorizer.config.super.user: not a key StandardAuthorizer '
+                                                     'reads (did you mean "super.users"?)'), errors
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_a_boolean_that_is_not_one_is_refused(tmp_path, capsys, command):
+    path = _write(tmp_path, authorizer={"class_name": "authz.standard_authorizer:StandardAuthorizer",
+                                        "config": {"allow.everyone.if.no.acl.found": "nope"}})
+    rc, errors = _errors(capsys, [command, "--config", path])
+    assert rc == 2
+    assert errors == [f"{path}: authorizer.config: allow.everyone.if.no.acl.found: 'nope' is not true or false"]
+
+
+def test_the_authorizer_keys_kgw_documents_pass(tmp_path, capsys):
+    path = _write(tmp_path, authorizer={"class_name": "authz.standard_authorizer:StandardAuthorizer",
+                                        "config": {"super.users": "User:admin;User:ops",
+                                                   "allow.everyone.if.no.acl.found": "TRUE"}})
+    assert main(["check", "--no-ports", "--config", path]) == 0, capsys.readouterr().err
+
+
+def test_an_authorizer_that_declares_no_keys_takes_any(tmp_path, capsys, monkeypatch):
+    """A custom authorizer without config_keys() keeps receiving whatever it is given."""
+    import authz.standard_authorizer as sa
+
+    class Lenient(sa.StandardAuthorizer):
+        config_keys = None  # declares nothing
+
+    monkeypatch.setattr(sa, "LenientForTest", Lenient, raising=False)
+    path = _write(tmp_path, authorizer={"class_name": "authz.standard_authorizer:LenientForTest",
+                                        "config": {"my.plugin.setting": "1"}})
+    assert main(["check", "--no-ports", "--config", path]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_port_and_admin_port_override_the_file(tmp_path, capsys, held_port, command):
+    """`--port` / `--admin-port` are what is checked and bound, not the file's ports (which are free)."""
+    with _hold() as other:
+        admin_port = other.getsockname()[1]
+        path = _write(tmp_path, admin={"host": "127.0.0.1", "port": 0})
+        rc, errors = _errors(capsys, [command, "--config", path, "--port", str(held_port),
+                                      "--admin-port", str(admin_port)])
+    assert rc == 2
+    assert errors == [
+        f"{path}: listeners[0].port: listener PLAIN cannot bind 127.0.0.1:{held_port}: Address already in use",
+        f"{path}: admin.port: the admin endpoint cannot bind 127.0.0.1:{admin_port}: Address already in use"]
+
+
+def test_overrides_reach_the_configuration_start_up_uses(tmp_path):
+    from gateway.cli.main import _checked_config, _overrides, build_parser
+
+    path = _write(tmp_path)
+    args = build_parser().parse_args(["run", "--config", path, "--upstream", "10.1.1.1:9092", "--upstream",
+                                      "10.1.1.2:9092", "--port", "19092", "--set", "limits.max_in_flight_per_connection=7",
+                                      "--set", "listeners[0].host=0.0.0.0"])
+    config, errors = _checked_config(path, ports=False, overrides=_overrides(args))
+    assert errors == []
+    assert [str(a) for a in config.upstream.bootstrap_servers] == ["10.1.1.1:9092", "10.1.1.2:9092"]
+    listener = config.listeners[0]
+    assert (listener.host, listener.port, listener.broker_port_base) == ("0.0.0.0", 19092, 19093)
+    assert config.limits.max_in_flight_per_connection == 7
+
+
+@pytest.mark.parametrize("override, message", [
+    ("limits.max_in_flight_per_conection=7", 'limits.max_in_flight_per_conection: unknown key (did you mean'),
+    ("listeners[4].port=1", "--set listeners[4].port=1: no item [4] there"),
+    ("upstream.bootstrap_servers.x=1", "--set upstream.bootstrap_servers.x=1: 'x' is inside something that is not a section"),
+    ("admin.port", "--set admin.port: expected KEY.PATH=VALUE"),
+    ("admin.port=[", "--set admin.port=["),
+])
+def test_a_bad_override_is_named_like_a_bad_key(tmp_path, capsys, override, message):
+    path = _write(tmp_path)
+    rc, errors = _errors(capsys, ["check", "--no-ports", "--config", path, "--set", override])
+    assert rc == 2 and len(errors) == 1 and errors[0].startswith(f"{path}: ") and message in errors[0], errors
+
+
+def test_workers_are_given_the_same_overrides():
+    from gateway.process.workers import Supervisor
+
+    argv = Supervisor("/etc/kgw.yaml", None, 2, ["admin.port=0", "listeners[0].port=19092"])._argv(1)
+    assert argv[argv.index("--config"):] == ["--config", "/etc/kgw.yaml", "--set", "admin.port=0", "--set",
+                                             "listeners[0].port=19092", "--worker-index", "1"]

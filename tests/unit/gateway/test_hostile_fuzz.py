@@ -105,7 +105,9 @@ class Sink:
         except Exception as e:  # noqa: BLE001 - anything undecodable is a finding
             if self.checks:
                 self.violations.append(f"api {key} v{version}: forwarded a frame the broker cannot decode: {e!r}")
-            return None
+            # and hang up, as a broker does on a request it cannot parse (without an authorizer
+            # kgw forwards a Produce it only peeked at: the broker is the judge of its bytes)
+            raise trio.BrokenResourceError("sink cannot decode the request") from None
         if self.checks:
             self._check(key, version, request)
         if key == 0 and request.acks == 0:

@@ -19,6 +19,7 @@ from authz.acl import (
     ResourcePattern,
     ResourceType,
 )
+from authz.standard_authorizer import StandardAuthorizer
 from metadata.records import ConfigRecord
 from configs.config_model import ConfigSource, ConfigType
 from configs.yaml_reader import parse_config
@@ -34,6 +35,13 @@ from tests.unit.protocol.config_upstream import ConfigBroker
 TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 SECRET = "planted-s3cret-value-7731"
+
+
+class PluginAuthorizer(StandardAuthorizer):
+    """The StandardAuthorizer as a plug-in that takes keys of its own (an LDAP password):
+    without ``config_keys`` kgw passes it whatever the YAML holds."""
+
+    config_keys = None
 
 
 class RejectEverythingNamedForbidden:
@@ -80,7 +88,9 @@ class Env:
             "users": {"plain": [{"name": "carol", "password_sha256": "ab" * 32}]},
         }
         if authorizer is not None:
-            raw["authorizer"] = {"class_name": "authz.standard_authorizer:StandardAuthorizer", "config": authorizer}
+            # a plug-in's own keys (ldap.* below) need an authorizer that does not declare its keys
+            raw["authorizer"] = {"class_name": "tests.unit.protocol.test_configs_api:PluginAuthorizer",
+                                 "config": authorizer}
         gw = Gateway(parse_config(raw))
         if policy is not None:  # what the YAML section alter_configs_policy gives
             gw.dynamic_configs = DynamicConfigManager(gw, policies=load_policies(policy))
