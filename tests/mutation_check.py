@@ -220,6 +220,16 @@ MUTATIONS = (
              "                if bad > start:\n                    plan.keep_next, plan.truncate = bad, (segment.path, scan.valid_bytes)",
              "                if bad > start:\n                    plan.keep_next, plan.truncate = bad, (segment.path, len(raw))",
              ("tests/unit/metadata/test_metadata_repair.py::test_a_flipped_byte_is_repaired_to_exactly_the_records_before_it",)),
+    Mutation("authorizer config: a mistyped key (super.user) accepted", "gateway/process/preflight.py",
+             "    if callable(keys):", "    if False:",
+             ("tests/unit/gateway/test_check.py",)),
+    Mutation("authorizer config: a boolean that is not one read as false", "authz/standard_authorizer.py",
+             "    raise ConfigError(f\"{key}: {value!r} is not true or false\")", "    return value",
+             ("tests/unit/gateway/test_check.py", "tests/unit/authz/test_standard_authorizer.py")),
+    Mutation("kgw acls: repeated flags reduced to the last", "gateway/cli/acls.py",
+             "    operations = list(dict.fromkeys(_enum(AclOperation, op, concrete=True) for op in args.operation))",
+             "    operations = [_enum(AclOperation, args.operation[-1], concrete=True)]",
+             ("tests/unit/gateway/test_acl_cli.py",)),
 )
 
 
