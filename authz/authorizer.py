@@ -246,8 +246,9 @@ class Authorizer(abc.ABC):
     @abc.abstractmethod
     def configure(self, configs: Mapping[str, Any]) -> None:
         """Receive the gateway config.  Called once, before ``start``.  An authorizer that
-        also has ``config_keys() -> Collection[str]`` declares every key it reads: kgw then
-        refuses any other key in ``authorizer.config`` (a typo) before calling this."""
+        also has ``config_keys() -> Collection[str]``, defined by its own class, declares every
+        key it reads: kgw then refuses any other key in ``authorizer.config`` (a typo) before
+        calling this.  A subclass that does not define it is given any key."""
 
     @abc.abstractmethod
     def start(self, server_info: AuthorizerServerInfo) -> dict[Endpoint, ReadinessEvent]:

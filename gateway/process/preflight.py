@@ -57,7 +57,9 @@ def build_authorizer(config: Any):
         authorizer = load_authorizer(config.authorizer.class_name)()
     except AuthorizerLoadError as e:
         raise AuthorizerConfigError("authorizer.class_name", str(e)) from None
-    keys = getattr(authorizer, "config_keys", None)
+    # the keys an authorizer class declares for itself (a subclass reading more keys than the
+    # class it extends, without saying so, is not held to its parent's list)
+    keys = getattr(authorizer, "config_keys", None) if "config_keys" in type(authorizer).__dict__ else None
     if callable(keys):
         known = set(keys())
         for key in config.authorizer.config:

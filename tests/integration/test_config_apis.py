@@ -51,7 +51,7 @@ from tests.unit.gateway.test_connection import RawClient
 pytestmark = pytest.mark.integration
 
 SECRET = "planted-Secret-9f3e1c"
-AUTHZ = "authz.standard_authorizer:StandardAuthorizer"
+AUTHZ = "tests.support.plugin_authorizer:PluginAuthorizer"  # keeps the ldap.* key below
 NODE = str(TANSU_NODE_ID)
 T = 20
 KTIMEOUTS = dict(request_timeout_ms=15000, reconnect_backoff_max_ms=500, retry_backoff_ms=100)

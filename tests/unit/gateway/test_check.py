@@ -165,12 +165,15 @@ def test_the_authorizer_keys_kgw_documents_pass(tmp_path, capsys):
     assert main(["check", "--no-ports", "--config", path]) == 0, capsys.readouterr().err
 
 
-def test_an_authorizer_that_declares_no_keys_takes_any(tmp_path, capsys, monkeypatch):
-    """A custom authorizer without config_keys() keeps receiving whatever it is given."""
+@pytest.mark.parametrize("declares_none", [True, False])
+def test_an_authorizer_that_declares_no_keys_takes_any(tmp_path, capsys, monkeypatch, declares_none):
+    """A custom authorizer without config_keys() of its own (none at all, or only the class it
+    extends) keeps receiving whatever it is given: only a class's own declaration binds it."""
     import authz.standard_authorizer as sa
 
     class Lenient(sa.StandardAuthorizer):
-        config_keys = None  # declares nothing
+        if declares_none:
+            config_keys = None
 
     monkeypatch.setattr(sa, "LenientForTest", Lenient, raising=False)
     path = _write(tmp_path, authorizer={"class_name": "authz.standard_authorizer:LenientForTest",

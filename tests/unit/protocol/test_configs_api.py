@@ -19,7 +19,6 @@ from authz.acl import (
     ResourcePattern,
     ResourceType,
 )
-from authz.standard_authorizer import StandardAuthorizer
 from metadata.records import ConfigRecord
 from configs.config_model import ConfigSource, ConfigType
 from configs.yaml_reader import parse_config
@@ -35,13 +34,6 @@ from tests.unit.protocol.config_upstream import ConfigBroker
 TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 SECRET = "planted-s3cret-value-7731"
-
-
-class PluginAuthorizer(StandardAuthorizer):
-    """The StandardAuthorizer as a plug-in that takes keys of its own (an LDAP password):
-    without ``config_keys`` kgw passes it whatever the YAML holds."""
-
-    config_keys = None
 
 
 class RejectEverythingNamedForbidden:
@@ -89,7 +81,7 @@ class Env:
         }
         if authorizer is not None:
             # a plug-in's own keys (ldap.* below) need an authorizer that does not declare its keys
-            raw["authorizer"] = {"class_name": "tests.unit.protocol.test_configs_api:PluginAuthorizer",
+            raw["authorizer"] = {"class_name": "tests.support.plugin_authorizer:PluginAuthorizer",
                                  "config": authorizer}
         gw = Gateway(parse_config(raw))
         if policy is not None:  # what the YAML section alter_configs_policy gives
