@@ -222,9 +222,6 @@ class ConnectionCore:
         #: the data plane's Lane while it serves this connection: it owns both sockets then, and
         #: the Trio driver leaves sending and flushing to it (see :attr:`on_data_plane`)
         self.lane: Any = None
-        #: on the data plane: request counters incremented once the request went upstream (its
-        #: response is read in a later event, so it is counted before the client can see it)
-        self._deferred: list | None = None
         limits = self.gw.config.limits
         self._limits = limits
         self._decoder: FrameDecoder | None = None
@@ -334,10 +331,11 @@ class ConnectionCore:
         self.client_id = header.client_id
         if kind is _UNKNOWN:
             raise CloseConnection(f"unknown api key {header.api_key}", "unknown_api")
-        if self._deferred is None:
+        lane = self.lane
+        if lane is None:
             counter.inc()
-        else:
-            self._deferred.append(counter)  # on the data plane: counted once written
+        else:  # on the data plane: counted once written, before the client can see the answer
+            lane.deferred.append(counter)
         if session is not None and not session.authenticated:
             try:
                 session.gate(header.api_key)

@@ -44,7 +44,6 @@ async def serve_in_data_plane(conn, decoder: FrameDecoder) -> None:
     assert isinstance(conn.stream, FastStream) and isinstance(conn._upstream, FastStream)
     lane = Lane(conn, conn.stream.fileno(), conn._upstream.fileno(), decoder, frames, post)
     conn.lane = lane
-    conn._deferred = lane.deferred
     released = False
     dp.adopt(lane)
     try:
@@ -90,7 +89,6 @@ async def serve_in_data_plane(conn, decoder: FrameDecoder) -> None:
         # The lane points at this connection; this connection must not point back, or each
         # closed connection would wait for the cycle collector (memory growing with churn).
         conn.lane = None
-        conn._deferred = None
 
 
 async def _until_released(receive) -> None:
