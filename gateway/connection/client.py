@@ -246,7 +246,9 @@ class ClientConnection(ConnectionCore):
 
     # ---------------------------------------------------------- upstream side
     def _on_first_in_flight(self, slot: Slot) -> None:
-        self.upstream_side.deadline_changed(slot)
+        scope = self.upstream_side.scope  # (read here: called for every request sent alone)
+        if scope is not None:
+            scope.deadline = trio_deadline(slot.deadline)
 
     async def _send_upstream(self, frames: list[memoryview]) -> None:
         if self.on_data_plane:  # on the data plane the lane sends, when it resumes

@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from gateway.connection.core import CloseConnection, Slot
+from gateway.connection.core import CloseConnection
 from gateway.connection.fast_io import FastStream, fast_stream, receive, trio_deadline
 from gateway.upstream.cluster import UpstreamUnavailable
 from protocol.framing import FrameDecoder
@@ -33,13 +33,10 @@ class UpstreamSide:
     """The broker connection of one client connection (see the module doc)."""
 
     def __init__(self) -> None:
-        #: carries the deadline of the oldest request in flight while the reader waits
-        self._scope: trio.CancelScope | None = None
-
-    def deadline_changed(self, slot: Slot) -> None:
-        """``slot`` is now the oldest request in flight: its deadline applies."""
-        if self._scope is not None:
-            self._scope.deadline = trio_deadline(slot.deadline)
+        #: carries the deadline of the oldest request in flight while the reader waits (None
+        #: on the data plane, whose lane checks deadlines itself); the connection moves it
+        #: when a new oldest request is sent
+        self.scope: trio.CancelScope | None = None
 
     async def open(self, conn: Any, nursery: trio.Nursery | None) -> bool:
         """Connect ``conn``'s broker; True when the data plane will read it (both sockets plain
@@ -71,7 +68,7 @@ class UpstreamSide:
         in_flight = conn.in_flight
         while True:
             with trio.CancelScope(deadline=trio_deadline(in_flight[0].deadline) if in_flight else math.inf) as scope:
-                self._scope = scope
+                self.scope = scope
                 while True:
                     data = await receive(stream, decoder)
                     if not data:
@@ -84,7 +81,7 @@ class UpstreamSide:
                     if completed:
                         scope.deadline = trio_deadline(in_flight[0].deadline) if in_flight else math.inf
                         await conn._flush()
-            self._scope = None
+            self.scope = None
             if in_flight and time.monotonic() >= in_flight[0].deadline:
                 raise conn.timeout_error(in_flight[0])
 
