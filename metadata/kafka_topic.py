@@ -195,8 +195,13 @@ class KafkaMetadataStore(MetadataStore):
 
     def _watermarks(self, consumer: Any, topic: str) -> tuple[int, int]:
         """(log start, log end) of the topic's partition; retried while it has no leader yet
-        (a topic just created) or the cluster is briefly unreachable, up to the load timeout."""
-        from confluent_kafka import KafkaException, TopicPartition
+        or is not in the client's metadata yet (a topic just created: on a cluster the
+        metadata reaches the brokers one by one), or the cluster is briefly unreachable, up
+        to the load timeout."""
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        not_yet = {KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART,
+                   KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION}
 
         deadline = time.monotonic() + self.settings.load_timeout_s
         while True:
@@ -205,7 +210,8 @@ class KafkaMetadataStore(MetadataStore):
                 return int(low), int(high)
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
-                retriable = getattr(error, "retriable", lambda: False)() or "leader" in str(exc).lower()
+                retriable = (getattr(error, "retriable", lambda: False)() or "leader" in str(exc).lower()
+                             or getattr(error, "code", lambda: None)() in not_yet)
                 if not retriable or time.monotonic() > deadline:
                     raise MetadataStoreUnavailableError(f"cannot read the offsets of {topic}: {exc}") from exc
                 self._stop.wait(0.2)  # a worker thread, not the Trio loop: back off before retrying
