@@ -30,11 +30,16 @@ class TextFormatter(logging.Formatter):
         return base
 
 
+def rfc3339(created: float) -> str:
+    """``2026-11-25T23:01:48.123Z``: RFC 3339 in UTC with milliseconds (what log pipelines parse)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created * 1000) % 1000:03d}Z"
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out = {
             "ts": round(record.created, 3),
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)),
+            "time": rfc3339(record.created),
             "level": record.levelname,
             "logger": record.name,
             "msg": record.getMessage(),

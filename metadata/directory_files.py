@@ -347,7 +347,10 @@ def acquire_lock(files: OsFiles, path: Path) -> int:
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise MetadataStoreLockedError(
                 f"metadata log directory {path} is locked by another kgw process "
-                f"(pid {holder}); only one gateway may write a directory store"
+                f"(pid {holder}); only one gateway may write a directory store.  While it runs, change "
+                "ACLs, SCRAM users and configs through it, with Kafka's tools (kafka-acls, kafka-configs "
+                "--bootstrap-server <its listener>) or any admin client; `kgw acls list` and `kgw acls dump` "
+                "still read the directory"
             ) from None
         raise
     files.ftruncate(fd, 0)

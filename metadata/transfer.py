@@ -4,13 +4,17 @@ The document is a backup and the way to move state between backends (the directo
 of one gateway -> the shared Kafka topic of several).  It holds the *state* (what a
 snapshot holds), not the history::
 
-    {"format": "kgw-metadata", "version": 1, "offset": 41,
-     "acls": [{"id": "<uuid>", "resource_type": "TOPIC", "resource_name": "orders",
-               "pattern_type": "LITERAL", "principal": "User:alice", "host": "*",
-               "operation": "READ", "permission_type": "ALLOW"}, ...],
-     "configs": [{"resource_type": 4, "resource_name": "", "name": "...", "value": "..."}, ...],
-     "scram_credentials": [{"name": "bob", "mechanism": "SCRAM-SHA-256", "iterations": 8192,
-                            "salt": "<base64>", "stored_key": "<base64>", "server_key": "<base64>"}]}
+    {"format": "kgw-metadata", "version": 2, "offset": 41,
+     "acls": [{"id": "Yp70OUOpRKadAAmh9zByrw", "resourceType": "TOPIC", "resourceName": "orders",
+               "patternType": "LITERAL", "principal": "User:alice", "host": "*",
+               "operation": "READ", "permissionType": "ALLOW"}, ...],
+     "configs": [{"resourceType": 4, "resourceName": "", "name": "...", "value": "..."}, ...],
+     "scramCredentials": [{"name": "bob", "mechanism": "SCRAM-SHA-256", "iterations": 8192,
+                           "salt": "<base64>", "storedKey": "<base64>", "serverKey": "<base64>"}]}
+
+An ACL reads as in ``kgw acls dump`` and Kafka's metadata shell: the same id (Kafka's
+``Uuid`` text) and the field names of Kafka's record JSON.  Version 1 documents (snake_case
+names, ids as RFC 4122 text) are still read.
 
 Lists are sorted, so two instances that applied the same offset export byte-identical
 documents (the convergence check of the shared backend compares exports).  SCRAM entries
@@ -42,11 +46,20 @@ from metadata.records import (
     UserScramCredentialRecord,
 )
 from metadata.scram_credentials import MECHANISM_CODE_OF, MECHANISM_CODES
+from metadata.shell import acl_json
 
 __all__ = ["FORMAT", "VERSION", "MetadataDocumentError", "export_document", "parse_document", "plan_import"]
 
 FORMAT = "kgw-metadata"
-VERSION = 1
+VERSION = 2
+#: the field names of each version this kgw reads (version 1: snake_case)
+_NAMES = {
+    2: {k: k for k in ("resourceType", "resourceName", "patternType", "permissionType", "storedKey", "serverKey",
+                       "scramCredentials")},
+    1: {"resourceType": "resource_type", "resourceName": "resource_name", "patternType": "pattern_type",
+        "permissionType": "permission_type", "storedKey": "stored_key", "serverKey": "server_key",
+        "scramCredentials": "scram_credentials"},
+}
 
 
 class MetadataDocumentError(ValueError):
@@ -56,27 +69,20 @@ class MetadataDocumentError(ValueError):
 def export_document(acls: Mapping[uuid.UUID, Any], configs: Mapping[tuple[int, str], Mapping[str, str]],
                     scram: Mapping[tuple[str, int], UserScramCredentialRecord], offset: int) -> dict[str, Any]:
     """The state (an image's ``acls``/``configs``/``scram``) as a JSON-ready document."""
-    acl_entries = []
-    for acl_id, binding in acls.items():
-        r = binding_to_record(acl_id, binding)
-        acl_entries.append({
-            "id": str(r.id), "resource_type": ResourceType(r.resource_type).name, "resource_name": r.resource_name,
-            "pattern_type": PatternType(r.pattern_type).name, "principal": r.principal, "host": r.host,
-            "operation": AclOperation(r.operation).name, "permission_type": AclPermissionType(r.permission_type).name,
-        })
-    acl_entries.sort(key=lambda e: (e["resource_type"], e["resource_name"], e["pattern_type"], e["principal"],
-                                    e["host"], e["operation"], e["permission_type"], e["id"]))
+    acl_entries = [acl_json(binding_to_record(acl_id, binding), "kafka") for acl_id, binding in acls.items()]
+    acl_entries.sort(key=lambda e: (e["resourceType"], e["resourceName"], e["patternType"], e["principal"],
+                                    e["host"], e["operation"], e["permissionType"], e["id"]))
     config_entries = sorted(
-        ({"resource_type": rtype, "resource_name": rname, "name": k, "value": v}
+        ({"resourceType": rtype, "resourceName": rname, "name": k, "value": v}
          for (rtype, rname), entries in configs.items() for k, v in entries.items()),
-        key=lambda e: (e["resource_type"], e["resource_name"], e["name"]))
+        key=lambda e: (e["resourceType"], e["resourceName"], e["name"]))
     scram_entries = sorted(
         ({"name": r.name, "mechanism": str(MECHANISM_CODES.get(r.mechanism, r.mechanism)), "iterations": r.iterations,
-          "salt": _b64(r.salt), "stored_key": _b64(r.stored_key), "server_key": _b64(r.server_key)}
+          "salt": _b64(r.salt), "storedKey": _b64(r.stored_key), "serverKey": _b64(r.server_key)}
          for r in scram.values()),
         key=lambda e: (e["name"], e["mechanism"]))
     return {"format": FORMAT, "version": VERSION, "offset": offset, "acls": acl_entries,
-            "configs": config_entries, "scram_credentials": scram_entries}
+            "configs": config_entries, "scramCredentials": scram_entries}
 
 
 def _b64(data: bytes) -> str:
@@ -113,29 +119,30 @@ def parse_document(doc: Any) -> list[MetadataRecord]:
     """The records a document describes (ACLs, configs, SCRAM credentials), validated."""
     if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
         raise MetadataDocumentError(f"not a kgw metadata export (expected \"format\": {FORMAT!r})")
-    if doc.get("version") != VERSION:
-        raise MetadataDocumentError(f"export version {doc.get('version')!r}: this kgw reads version {VERSION}")
+    version = doc.get("version")
+    names = _NAMES.get(version) if isinstance(version, int) else None
+    if names is None:
+        raise MetadataDocumentError(f"export version {version!r}: this kgw reads versions "
+                                    f"{', '.join(map(str, sorted(_NAMES)))}")
+    n = names.__getitem__
     records: list[MetadataRecord] = []
     for i, e in enumerate(_list(doc, "acls")):
         where = f"acls[{i}]"
-        try:
-            acl_id = uuid.UUID(_field(e, "id", str, where))
-        except ValueError:
-            raise MetadataDocumentError(f"{where}: 'id' is not a UUID") from None
+        acl_id = _acl_id(_field(e, "id", str, where), where)
         records.append(AccessControlEntryRecord(
-            id=acl_id, resource_type=_enum(ResourceType, e, "resource_type", where),
-            resource_name=_field(e, "resource_name", str, where),
-            pattern_type=_enum(PatternType, e, "pattern_type", where),
+            id=acl_id, resource_type=_enum(ResourceType, e, n("resourceType"), where),
+            resource_name=_field(e, n("resourceName"), str, where),
+            pattern_type=_enum(PatternType, e, n("patternType"), where),
             principal=_field(e, "principal", str, where), host=_field(e, "host", str, where),
             operation=_enum(AclOperation, e, "operation", where),
-            permission_type=_enum(AclPermissionType, e, "permission_type", where)))
+            permission_type=_enum(AclPermissionType, e, n("permissionType"), where)))
     for i, e in enumerate(_list(doc, "configs")):
         where = f"configs[{i}]"
-        records.append(ConfigRecord(resource_type=_field(e, "resource_type", int, where),
-                                    resource_name=_field(e, "resource_name", str, where),
+        records.append(ConfigRecord(resource_type=_field(e, n("resourceType"), int, where),
+                                    resource_name=_field(e, n("resourceName"), str, where),
                                     name=_field(e, "name", str, where), value=_field(e, "value", str, where)))
-    for i, e in enumerate(_list(doc, "scram_credentials")):
-        where = f"scram_credentials[{i}]"
+    for i, e in enumerate(_list(doc, n("scramCredentials"))):
+        where = f"{n('scramCredentials')}[{i}]"
         mechanism = MECHANISM_CODE_OF.get(_field(e, "mechanism", str, where))
         if mechanism is None:
             raise MetadataDocumentError(f"{where}: mechanism {e['mechanism']!r}: one of {sorted(MECHANISM_CODE_OF)}")
@@ -144,9 +151,19 @@ def parse_document(doc: Any) -> list[MetadataRecord]:
             raise MetadataDocumentError(f"{where}: iterations must be positive")
         records.append(UserScramCredentialRecord(
             name=_field(e, "name", str, where), mechanism=mechanism, salt=_bytes(e, "salt", where),
-            stored_key=_bytes(e, "stored_key", where), server_key=_bytes(e, "server_key", where),
+            stored_key=_bytes(e, n("storedKey"), where), server_key=_bytes(e, n("serverKey"), where),
             iterations=iterations))
     return records
+
+
+def _acl_id(text: str, where: str) -> uuid.UUID:
+    """An ACL id: Kafka's ``Uuid`` text (22 characters of URL-safe base64) or RFC 4122 text."""
+    try:
+        if len(text) == 22:
+            return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+        return uuid.UUID(text)
+    except (ValueError, binascii.Error):
+        raise MetadataDocumentError(f"{where}: 'id' {text!r} is not a Kafka Uuid") from None
 
 
 def _list(doc: Mapping[str, Any], key: str) -> Sequence[Mapping[str, Any]]:

@@ -90,6 +90,7 @@ async def _run_until_signal(gateway_main) -> None:
 
 
 async def _serve(config, on_started=None, *, worker_index: int | None = None) -> None:
+    from gateway.process.admin_http import announce_ready
     from gateway.process.server import Gateway
 
     _quiet_collector_while_loading()
@@ -109,11 +110,15 @@ async def _serve(config, on_started=None, *, worker_index: int | None = None) ->
         # instead of CPython's 5 ms keeps everyone's latency low while one huge request is
         # processed (docs/benchmarks.md, "Hostile clients"), at no measured cost otherwise.
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-        _say("ready")
         not_ready = [name for name, state in gateway.readiness().items() if state is not True]
         if not_ready:  # accepting, but /readyz says 503 until these are
             log.warning("listeners accept, but /readyz answers 503 until %s %s ready (GET /readyz for why)",
                         ", ".join(not_ready), "is" if len(not_ready) == 1 else "are")
+
+        async def unready() -> list[str]:
+            return [name for name, state in gateway.readiness().items() if state is not True]
+
+        nursery.start_soon(announce_ready, _say, unready)
 
 
 #: sys.setswitchinterval once serving (see _serve)
@@ -483,8 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "listeners' certificates; exits 2 on a bad configuration.")
     run.add_argument("--config", required=True, help="path of the YAML configuration (see configs/examples/)")
     run.add_argument("--workers", type=int, default=1, metavar="N",
-                     help="run N gateway processes sharing each listener's ports (SO_REUSEPORT); needs "
-                     "metadata.backend: kafka; /metrics and /readyz on the admin port cover every worker")
+                     help="run N gateway processes sharing each listener's ports (SO_REUSEPORT), with either "
+                     "metadata backend (the directory log is shared by the workers, the kafka topic by every "
+                     "gateway); /metrics and /readyz on the admin port cover every worker")
     run.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     _add_overrides(run)
     run.set_defaults(func=cmd_run)

@@ -49,7 +49,7 @@ async def _export(args) -> int:
         with os.fdopen(fd, "w") as f:
             f.write(text)
     print(f"exported {len(doc['acls'])} ACLs, {len(doc['configs'])} config entries, "
-          f"{len(doc['scram_credentials'])} SCRAM credentials as of offset {doc['offset']}", file=sys.stderr)
+          f"{len(doc['scramCredentials'])} SCRAM credentials as of offset {doc['offset']}", file=sys.stderr)
     return 0
 
 

@@ -56,6 +56,23 @@ def readiness_body(states: dict) -> bytes:
                     else "503 Service Unavailable", body)
 
 
+#: how often a started but not yet ready process looks again before it prints ``ready``
+ANNOUNCE_POLL_S = 0.5
+
+
+async def announce_ready(say, not_ready) -> None:
+    """Print ``ready`` once nothing is left unready, and not before: ``started, waiting for ...``
+    first when something is (``not_ready``: an async function giving the names, as /readyz
+    lists them).  Scripts and the test harness wait for the ``ready`` line."""
+    waiting = await not_ready()
+    if waiting:
+        say(f"started, waiting for {', '.join(waiting)} (GET /readyz says why)")
+        while waiting:
+            await trio.sleep(ANNOUNCE_POLL_S)
+            waiting = await not_ready()
+    say("ready")
+
+
 async def _answer(stream: trio.SocketStream, respond) -> None:
     try:
         head = b""

@@ -6,7 +6,7 @@ dictionary lookup and an increment.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, disable_created_metrics
 
 # Counters and histograms get no `<name>_created` series: they double the series count and
 # nothing an operator queries uses them (docs/metrics.md).
@@ -19,7 +19,12 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+        if registry is None:
+            registry = CollectorRegistry()
+            # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ...:
+            # what an operator's standard dashboards and alerts expect of any exporter
+            ProcessCollector(registry=registry)
+        self.registry = registry
         r = self.registry
         self.connections_active = Gauge("kgw_connections_active", "Open client connections", ["listener"], registry=r)
         self.connections_total = Counter("kgw_connections", "Accepted client connections", ["listener"], registry=r)

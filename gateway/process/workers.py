@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from gateway.process.admin_http import http_get, readiness_body, response, serve_http
+from gateway.process.admin_http import announce_ready, http_get, readiness_body, response, serve_http
 
 __all__ = ["run_workers"]
 
@@ -103,8 +103,8 @@ class Supervisor:
                         worker.listening.append(line)
                     elif m := _ADMIN.match(line):
                         worker.admin = (m.group(1), int(m.group(2)))
-                    elif line == "ready":
-                        worker.ready = True
+                    elif line == "ready" or line.startswith("started, waiting for "):
+                        worker.ready = True  # accepting, its signal handlers installed
                         worker.first_ready.set()
             status = await process.wait()
             worker.ready = False
@@ -252,7 +252,12 @@ async def _supervise(supervisor: Supervisor, failed_start: trio.Event, config, c
             if admin is not None:
                 say(f"admin: http://{admin.host}:{port}")
             say(f"workers: {' '.join(str(w.process.pid) for w in supervisor.workers if w.process)}")
-            say("ready")
+
+            async def unready() -> list[str]:
+                body = (await supervisor._respond("/readyz")).decode(errors="replace")
+                return [line.split(" not ready", 1)[0] for line in body.splitlines() if " not ready" in line]
+
+            nursery.start_soon(announce_ready, say, unready)
             log.info("%d workers ready", count)
             signalled = False
             async for signum in signals:

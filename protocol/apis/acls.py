@@ -46,7 +46,16 @@ from protocol.services import LocalServices
 
 __all__ = ["SPECS", "LOCAL_KEYS"]
 
-_CLUSTER_DENIED = "Cluster authorization failed."
+
+
+def cluster_denied(auth: AuthHelper, operation: AclOperation) -> str:
+    """Kafka's text for an ACL API refused on the cluster (``AuthHelper.authorizeClusterOperation``:
+    "Request Request(...) needs DESCRIBE permission.", what kafka-acls prints).  Where Kafka
+    names its internal request object, kgw names the listener, the protocol, the principal and
+    the client address."""
+    c = auth.context
+    return (f"Request Request(listenerName=ListenerName({c.listener_name}), securityProtocol={c.security_protocol}, "
+            f"principal={c.principal}, clientAddress=/{c.host_address}) needs {operation.name} permission.")
 _SECURITY_DISABLED = "No Authorizer is configured on the broker"
 
 
@@ -91,7 +100,7 @@ async def _describe(gw: LocalServices, auth: AuthHelper, header: RequestHeader, 
     if gw.authorizer is None:
         return response(SECURITY_DISABLED, _SECURITY_DISABLED)
     if not auth.cluster(AclOperation.DESCRIBE):
-        return response(CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_DENIED)
+        return response(CLUSTER_AUTHORIZATION_FAILED, cluster_denied(auth, AclOperation.DESCRIBE))
     by_pattern: dict[ResourcePattern, list[AccessControlEntry]] = {}
     for binding in gw.authorizer.acls(binding_filter):
         by_pattern.setdefault(binding.pattern, []).append(binding.entry)
@@ -128,7 +137,7 @@ async def _create(gw: LocalServices, auth: AuthHelper, header: RequestHeader, in
     if gw.authorizer is None:
         return response([(SECURITY_DISABLED, _SECURITY_DISABLED)] * len(bindings))
     if not auth.cluster(AclOperation.ALTER):
-        return response([(CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_DENIED)] * len(bindings))
+        return response([(CLUSTER_AUTHORIZATION_FAILED, cluster_denied(auth, AclOperation.ALTER))] * len(bindings))
     results = await gw.authorizer.create_acls(auth.context, bindings)
     return response([(r.error_code, r.message) for r in results])
 
@@ -151,7 +160,7 @@ async def _delete(gw: LocalServices, auth: AuthHelper, header: RequestHeader, in
     if gw.authorizer is None:
         return response([failed(SECURITY_DISABLED, _SECURITY_DISABLED)] * len(filters))
     if not auth.cluster(AclOperation.ALTER):
-        return response([failed(CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_DENIED)] * len(filters))
+        return response([failed(CLUSTER_AUTHORIZATION_FAILED, cluster_denied(auth, AclOperation.ALTER))] * len(filters))
     results = await gw.authorizer.delete_acls(auth.context, filters)
     out = []
     for r in results:

@@ -394,3 +394,40 @@ def test_api_versions_client_software_is_validated_as_kafka_does(oracle, name):
 
     outcome = both(oracle, scenario)
     assert outcome["kgw"] == outcome["kafka"]
+
+
+# ------------------------------------------------------------------ what a client shows
+
+
+def test_acl_apis_refused_on_the_cluster_say_what_kafka_says(oracle, run):
+    """kafka-acls prints the refusal's text: Kafka's "Request Request(...) needs DESCRIBE
+    permission." (ALTER for creating and deleting), not the error's default text.  kgw names
+    the listener and principal where Kafka names its request object; the rest is the same."""
+    cr, dl = request_class(30, 3), request_class(31, 3)
+    calls = {
+        "describe": (29, 3, request(29, 3, resource_type_filter=2, resource_name_filter=None, pattern_type_filter=1,
+                                    principal_filter=None, host_filter=None, operation=1, permission_type=1)),
+        "create": (30, 3, request(30, 3, creations=(nested(cr, "creations")(
+            resource_type=2, resource_name=f"t-{run}", resource_pattern_type=3, principal="User:mallory", host="*",
+            operation=3, permission_type=3),))),
+        "delete": (31, 3, request(31, 3, filters=(nested(dl, "filters")(
+            resource_type_filter=2, resource_name_filter=f"t-{run}", pattern_type_filter=3, principal_filter=None,
+            host_filter=None, operation=1, permission_type=1),))),
+    }
+
+    def messages(side: Side) -> dict[str, tuple[int, str]]:
+        conn = side.connect("mallory")
+        out = {}
+        for name, (key, version, body) in calls.items():
+            r = conn.call(key, version, body)
+            entry = r if key == 29 else (r.results[0] if key == 30 else r.filter_results[0])
+            out[name] = (int(entry.error_code), entry.error_message)
+        return out
+
+    got = both(oracle, messages)
+    for name, operation in (("describe", "DESCRIBE"), ("create", "ALTER"), ("delete", "ALTER")):
+        for side in ("kafka", "kgw"):
+            code, message = got[side][name]
+            assert code == 31 and message.startswith("Request Request(") and message.endswith(
+                f") needs {operation} permission."), (side, name, got)
+    assert "principal=User:mallory" in got["kgw"]["describe"][1]

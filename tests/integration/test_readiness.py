@@ -51,9 +51,9 @@ def test_listener_opens_only_after_authorizer_is_ready(tansu, tmp_path):
 
 
 def test_an_unreachable_upstream_is_not_ready_and_says_so(tmp_path):
-    """#15 item 1: with nothing at the upstream address kgw accepts (it prints `ready`, the
-    harness' and scripts' contract) but /readyz is 503 naming the upstream, and the log says so
-    at WARNING right after `ready`."""
+    """With nothing at the upstream address kgw accepts but is not ready: it prints `started,
+    waiting for upstream` and not `ready` (the line scripts and the harness wait for), /readyz
+    is 503 naming the upstream, and the log says so at WARNING."""
     from tests.support.ports import free_port
 
     config = base_gateway_config(f"127.0.0.1:{free_port()}", tmp_path / "metadata")  # nothing listens there
@@ -61,7 +61,8 @@ def test_an_unreachable_upstream_is_not_ready_and_says_so(tmp_path):
     path = write_config(tmp_path / "kgw.yaml", config)
     with ManagedProcess("kgw-no-upstream", gateway_argv(path), log_dir=tmp_path, env=gateway_env(),
                         cwd=tmp_path).start() as proc:
-        proc.wait_for_line(r"^ready\s*$", 30)
+        proc.wait_for_line(r"^started, waiting for upstream \(GET /readyz says why\)$", 30)
+        assert "ready" not in proc.stdout_lines
         admin = config["admin"]
         try:
             urllib.request.urlopen(f"http://{admin['host']}:{admin['port']}/readyz", timeout=5)

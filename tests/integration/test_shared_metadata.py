@@ -191,9 +191,9 @@ def test_acl_scram_user_and_broker_config_written_at_one_gateway_hold_at_the_oth
                               capture_output=True, text=True, timeout=120)
     assert exported.returncode == 0, exported.stderr
     doc = json.loads(exported.stdout)
-    assert [(e["resource_name"], e["principal"], e["operation"]) for e in doc["acls"]] == [
+    assert [(e["resourceName"], e["principal"], e["operation"]) for e in doc["acls"]] == [
         (topic_name, "User:alice", "DESCRIBE")]
-    assert [e["name"] for e in doc["scram_credentials"]] == ["bob"]
+    assert [e["name"] for e in doc["scramCredentials"]] == ["bob"]
     assert {(e["name"], e["value"]) for e in doc["configs"]} == {(key, "777")}
 
 

@@ -6,6 +6,7 @@ the ports the image's config needs; the Prometheus config it mounts passes promt
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.support.kafka import kafka_version
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = (REPO / "docker" / "Dockerfile").read_text()
@@ -78,7 +81,7 @@ def test_the_image_config_passes_kgw_check(tmp_path):
 def test_compose_renders_with_the_kafka_image_of_the_users_choice(image):
     rendered = _compose_config({"KAFKA_IMAGE": image} if image else {})
     services = rendered["services"]
-    assert services["kafka"]["image"] == (image or "apache/kafka:4.1.0")
+    assert services["kafka"]["image"] == (image or f"apache/kafka:{kafka_version()}")
     kgw = services["kgw"]
     assert kgw["depends_on"]["kafka"]["condition"] == "service_healthy"
     published = {str(p["target"]) if isinstance(p, dict) else p.split(":")[-1] for p in kgw["ports"]}
@@ -88,6 +91,25 @@ def test_compose_renders_with_the_kafka_image_of_the_users_choice(image):
     assert {str(listener["port"]), str(listener["broker_port_base"] + int(node_id)),
             str(config["admin"]["port"])} <= published
     assert config["upstream"]["bootstrap_servers"] == ["kafka:9092"]
+
+
+def test_compose_grafana_shows_the_dashboard_from_the_compose_prometheus():
+    """The shipped dashboard is provisioned, its data source variable resolves to the provisioned
+    Prometheus, and that is the compose file's Prometheus service."""
+    services = _compose_config({})["services"]
+    grafana = services["grafana"]
+    mounts = {m["target"]: m["source"] for m in grafana["volumes"]} if isinstance(grafana["volumes"][0], dict) else {
+        v.split(":")[1]: v.split(":")[0] for v in grafana["volumes"]}
+    provisioning = Path(mounts["/etc/grafana/provisioning"])
+    assert Path(mounts["/var/lib/grafana/dashboards/kgw-dashboard.json"]).samefile(REPO / "deploy" / "grafana" /
+                                                                                  "kgw-dashboard.json")
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())["datasources"]
+    assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090" and "prometheus" in services
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "kgw.yaml").read_text())["providers"]
+    assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
+    dashboard = json.loads((REPO / "deploy" / "grafana" / "kgw-dashboard.json").read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["DS_PROMETHEUS"]["type"] == "datasource" and variables["DS_PROMETHEUS"]["query"] == "prometheus"
 
 
 def test_the_prometheus_config_passes_promtool():

@@ -77,10 +77,11 @@ def test_list_dump_and_export_read_a_log_a_gateway_holds_and_writes_are_refused(
             dumped = await kgw("acls", "dump", "--data-dir", str(d))
             assert dumped.returncode == 0 and b"/acl/id/" in dumped.stdout
             exported = await kgw("metadata", "export", "--data-dir", str(d))
-            assert exported.returncode == 0 and json.loads(exported.stdout)["acls"][0]["resource_name"] == "orders"
+            assert exported.returncode == 0 and json.loads(exported.stdout)["acls"][0]["resourceName"] == "orders"
             added = await kgw("acls", "add", "--data-dir", str(d), "--principal", "User:bob", "--operation", "READ",
                               "--topic", "t")
             assert added.returncode == 2 and b"is locked by another kgw process" in added.stderr
+            assert b"change ACLs, SCRAM users and configs through it, with Kafka's tools" in added.stderr
             assert segment.stat().st_size == size  # the readers truncated nothing
 
     trio.run(main)

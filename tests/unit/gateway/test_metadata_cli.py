@@ -61,10 +61,15 @@ def test_export_import_moves_the_whole_state_and_is_idempotent(tmp_path, capsys)
     src, dst = str(tmp_path / "a"), str(tmp_path / "b")
     _seed(capsys, src)
     doc = _export(capsys, src)
-    assert [(a["principal"], a["permission_type"]) for a in doc["acls"]] == [("User:bob", "DENY"), ("User:alice", "ALLOW")]
-    assert doc["configs"] == [{"resource_type": 4, "resource_name": "", "name": "listener.name.sasl.max.connections",
+    assert [(a["principal"], a["permissionType"]) for a in doc["acls"]] == [("User:bob", "DENY"), ("User:alice", "ALLOW")]
+    assert doc["configs"] == [{"resourceType": 4, "resourceName": "", "name": "listener.name.sasl.max.connections",
                                "value": "50"}]
-    assert doc["scram_credentials"][0]["mechanism"] == "SCRAM-SHA-512"
+    assert doc["scramCredentials"][0]["mechanism"] == "SCRAM-SHA-512"
+    # the same ACL reads the same in `acls dump` (Kafka's metadata-shell view): id and field names
+    code, out, err = run(capsys, "acls", "dump", "--data-dir", src)
+    assert code == 0, err
+    dumped = [json.loads(line.split(": ", 1)[1]) for line in out.splitlines() if line.startswith("/acl/id/")]
+    assert sorted(doc["acls"], key=lambda a: a["id"]) == sorted(dumped, key=lambda a: a["id"])
 
     out_file = tmp_path / "backup.json"
     assert run(capsys, "metadata", "export", "--data-dir", src, "-o", str(out_file))[0] == 0
@@ -106,7 +111,7 @@ def test_bad_documents_are_refused_naming_the_problem(tmp_path, capsys):
         "{": "Expecting property name",
         json.dumps({"format": "other"}): "not a kgw metadata export",
         json.dumps({"format": "kgw-metadata", "version": 9}): "export version 9",
-        json.dumps({"format": "kgw-metadata", "version": 1, "acls": [{"id": "x"}]}): "acls[0]: 'id' is not a UUID",
+        json.dumps({"format": "kgw-metadata", "version": 1, "acls": [{"id": "x"}]}): "acls[0]: 'id' 'x' is not a Kafka Uuid",
         json.dumps({"format": "kgw-metadata", "version": 1, "acls": [
             {"id": "00000000-0000-0000-0000-000000000001", "resource_type": "ANY", "resource_name": "t",
              "pattern_type": "LITERAL", "principal": "User:a", "host": "*", "operation": "READ",
