@@ -445,7 +445,11 @@ class BrokerConfigModel:
     def check_alterable(self, name: str) -> ConfigDef:
         d = self.defs.get(name)
         if d is None:
-            raise InvalidConfig(f"Unknown config key '{name}' for a kgw BROKER resource")
+            raise InvalidConfig(
+                f"Unknown config key '{name}' for a kgw BROKER resource: through kgw, BROKER config resources "
+                "are the gateway itself (its own dynamic configs), not the Kafka brokers behind it; change a "
+                "broker's configs with kafka-configs --bootstrap-server pointed at the broker itself "
+                "(docs/operations.md, 'Config resources')")
         if d.read_only:
             raise InvalidConfig(
                 f"Cannot update config '{name}': it is read-only (set it in kgw's YAML file and restart)")

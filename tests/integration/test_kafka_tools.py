@@ -140,6 +140,20 @@ def test_kafka_configs_kgw_broker_configs_and_a_forwarded_topic_config(tools):
     assert "PolicyViolation" in refused.stderr + refused.stdout and "retention.ms" in refused.stderr + refused.stdout
 
 
+def test_kafka_configs_on_a_broker_id_says_the_resource_is_kgw_and_how_to_reach_the_broker(tools):
+    """`--entity-type brokers --entity-name 1` through kgw is kgw's own BROKER resource: a
+    broker-only key is refused with a message that says so and how to change the broker."""
+    node = str(tools.kafka.node_ids[0])
+    refused = tools.run(CONFIGS, "--alter", "--entity-type", "brokers", "--entity-name", node,
+                        "--add-config", "log.cleaner.threads=2", ok=False)
+    shown = refused.stderr + refused.stdout
+    assert refused.returncode != 0
+    assert "'log.cleaner.threads'" in shown and "BROKER config resources are the gateway itself" in shown, shown
+    assert "kafka-configs --bootstrap-server pointed at the broker itself" in shown, shown
+    direct = tools.direct(CONFIGS, "--describe", "--entity-type", "brokers", "--entity-name", node)
+    assert "log.cleaner.threads=2" not in direct.stdout  # nothing reached the broker
+
+
 def test_kafka_broker_api_versions_shows_only_what_kgw_decodes(tools):
     out = tools.run(API_VERSIONS).stdout
     shown = {int(k): (int(lo), int(hi)) for k, lo, hi in re.findall(r"\((\d+)\): (\d+) to (\d+)", out)}
