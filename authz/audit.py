@@ -45,8 +45,8 @@ from kio.schema.index import api_key_map
 if TYPE_CHECKING:  # pragma: no cover
     from .authorizer import Action, AuthorizableRequestContext
 
-__all__ = ["AUDIT_LOGGER_NAME", "TRACE", "AuditSink", "audit_logger", "AuditLevels", "api_name", "format_audit_line",
-           "log_decision"]
+__all__ = ["AUDIT_LOGGER_NAME", "CHANGE_LOGGER_NAME", "TRACE", "AuditSink", "ChangeLog", "audit_logger", "AuditLevels",
+           "api_name", "format_audit_line", "log_decision"]
 
 #: given the fields of every audited decision (the audit topic publisher)
 AuditSink = Callable[[dict[str, Any]], None]
@@ -148,3 +148,55 @@ def log_decision(
             sink(fields)
     if level != PUBLISH:
         audit_logger.log(level, format_audit_line(principal_key, allowed, action, context, rule), extra=fields)
+
+
+#: the logger of security-state changes (ACLs, SCRAM credentials, configs, quotas): INFO, one
+#: line per change, whatever the authorizer's audit level
+CHANGE_LOGGER_NAME = "kgw.changes"
+_change_logger = logging.getLogger(CHANGE_LOGGER_NAME)
+#: the longest change text an event carries (a config value comes from the client)
+_CHANGE_TEXT_MAX = 2048
+
+
+class ChangeLog:
+    """Where every change of security state made through the gateway is recorded: who
+    (principal), from where (listener, client address), with which request (API, client id,
+    correlation id), and exactly what changed -- secrets never (a SCRAM change names the user,
+    mechanism and iterations; a sensitive config's value is ``[hidden]``).
+
+    Each change is one INFO line on ``kgw.changes`` and, with ``audit.publish``, an audit
+    event ``"event": "change"`` (``authz.audit_events``) for every sink added."""
+
+    __slots__ = ("sinks",)
+
+    def __init__(self) -> None:
+        self.sinks: tuple[AuditSink, ...] = ()
+
+    def add_sink(self, sink: AuditSink) -> None:
+        self.sinks = (*self.sinks, sink)
+
+    def record(self, context: "AuthorizableRequestContext | None", operation: str, resource: str, change: str) -> None:
+        """One change: ``operation`` (CREATE, DELETE, ALTER, ALTER_CONFIGS), ``resource`` as an
+        audit resource text (``Topic:LITERAL:orders``), ``change`` what was done to it.
+        ``context``: the request's (None only where no request made it, e.g. start-up)."""
+        change = change[:_CHANGE_TEXT_MAX]
+        if context is not None:
+            principal = str(context.principal)
+            fields = {
+                "kgw_event": "change", "kgw_principal": principal, "kgw_allowed": True, "kgw_operation": operation,
+                "kgw_resource": resource, "kgw_change": change, "kgw_listener": context.listener_name,
+                "kgw_host": context.host_address, "kgw_request": api_name(context.request_type),
+                "kgw_client_id": context.client_id, "kgw_correlation_id": context.correlation_id,
+            }
+            # the message says what changed; who, from where and with which request are its
+            # fields (text logs append them as key=value, JSON logs as members)
+            _change_logger.info("%s on %s", change, resource, extra={"kgw": {
+                "principal": principal, "operation": operation, "listener": context.listener_name,
+                "client_address": context.host_address, "api": fields["kgw_request"],
+                "client_id": context.client_id, "correlation_id": context.correlation_id}})
+        else:
+            fields = {"kgw_event": "change", "kgw_principal": None, "kgw_allowed": True, "kgw_operation": operation,
+                      "kgw_resource": resource, "kgw_change": change}
+            _change_logger.info("%s on %s", change, resource, extra={"kgw": {"operation": operation}})
+        for sink in self.sinks:
+            sink(fields)

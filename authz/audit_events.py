@@ -37,6 +37,7 @@ EVENT_FIELDS: tuple[tuple[str, str], ...] = (
     ("event", "string"),
     ("mechanism", "string"),
     ("reason", "string"),
+    ("change", "string"),
     ("gateway", "string"),
 )
 _TYPES = dict(EVENT_FIELDS)
@@ -79,13 +80,16 @@ def audit_event(fields: Mapping[str, Any], ts: float, gateway: str | None = None
         "client_id": fields.get("kgw_client_id"),
         "correlation_id": fields.get("kgw_correlation_id"),
         "rule": fields.get("kgw_rule"),
-        # "authorization" (a decision) or "authentication" (a failed login: operation
-        # AUTHENTICATE, the principal the client tried, its mechanism and kgw's reason)
+        # "authorization" (a decision), "authentication" (a failed login: operation
+        # AUTHENTICATE, the principal the client tried, its mechanism and kgw's reason) or
+        # "change" (a change of security state made: authz.audit.ChangeLog, what in "change")
         "event": fields.get("kgw_event", "authorization"),
     }
     if event["event"] == "authentication":
         event["mechanism"] = fields.get("kgw_mechanism")
         event["reason"] = fields.get("kgw_reason")
+    elif event["event"] == "change":
+        event["change"] = fields.get("kgw_change")
     if gateway is not None:
         event["gateway"] = gateway
     assert event.keys() <= _TYPES.keys()

@@ -202,10 +202,13 @@ class ConfigChange:
 
 @dataclass(frozen=True, slots=True)
 class AlterResult:
-    """The outcome of altering one config resource: an error code and message."""
+    """The outcome of altering one config resource: an error code and message, and on success
+    what was changed (``applied``: "k=v, k2 deleted", a sensitive value hidden; None when
+    nothing changed), for the record of who changed what (``authz.audit.ChangeLog``)."""
 
     error_code: int = 0
     message: str | None = None
+    applied: str | None = None
 
     @property
     def ok(self) -> bool:

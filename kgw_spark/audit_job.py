@@ -44,9 +44,12 @@ from authz.audit_events import spark_schema
 
 __all__ = ["aggregate", "run_batch", "run_stream", "write_report", "main"]
 
-EVENT_SCHEMA = spark_schema(("ts_ms", "principal", "allowed", "operation", "resource", "api", "listener",
-                             "client_address"))
-KEY_COLUMNS = ["minute", "principal", "resource", "operation", "listener", "client_address"]
+EVENT_SCHEMA = spark_schema(("ts_ms", "event", "principal", "allowed", "operation", "resource", "api", "listener",
+                             "client_address", "client_id"))
+#: what each per-minute row is counted by: the kind of event ("authorization", "authentication"
+#: or "change"), who, what, with which request and client, from where
+KEY_COLUMNS = ["minute", "event", "principal", "resource", "operation", "api", "listener", "client_address",
+               "client_id"]
 
 
 def source_options(bootstrap: str, topic: str, kafka_options: dict[str, str] | None = None) -> dict[str, str]:
@@ -186,8 +189,9 @@ def write_report(per_minute: Path, report: Path, top_n: int = 10) -> Path:
         df = pd.DataFrame(columns=KEY_COLUMNS + ["allowed", "denied"])
     for column in ("listener", "client_address"):
         df[column] = df[column].fillna("-") if column in df else "-"
+    df["event"] = df["event"].fillna("authorization") if "event" in df else "authorization"
     logins = df[df["operation"] == "AUTHENTICATE"]
-    decisions = df[df["operation"] != "AUTHENTICATE"]
+    decisions = df[(df["operation"] != "AUTHENTICATE") & (df["event"] != "change")]
     total_allowed, total_denied = int(decisions["allowed"].sum()), int(decisions["denied"].sum())
     failed_logins = int(logins["denied"].sum())
     points: list[tuple[str, int, int]] = []

@@ -31,6 +31,7 @@ from authz.acl import (
     ResourceType,
     authorized_operations_bitfield,
 )
+from authz.audit import ChangeLog
 from authz.authorizer import Action, AuthorizableRequestContext, AuthorizationResult, Authorizer
 from protocol.topic_ids import TopicCache
 
@@ -57,13 +58,17 @@ def _action(resource_type: ResourceType, name: str, op: AclOperation, count: int
 
 
 class AuthHelper:
-    __slots__ = ("authorizer", "context", "connection_state", "topics", "gateway_state")
+    __slots__ = ("authorizer", "context", "connection_state", "topics", "gateway_state", "changes")
 
     def __init__(self, authorizer: Authorizer | None, context: AuthorizableRequestContext | None,
                  connection_state: dict[Any, Any] | None = None, topics: TopicCache | None = None,
-                 gateway_state: dict[Any, Any] | None = None) -> None:
+                 gateway_state: dict[Any, Any] | None = None, changes: ChangeLog | None = None) -> None:
         self.authorizer = authorizer
-        #: None only without an authorizer, when nothing reads it (``enabled`` is False)
+        #: where a change of security state this request makes is recorded (None: not recorded,
+        #: unit tests of enforcement alone)
+        self.changes = changes
+        #: None only without an authorizer on the forwarded path, where nothing reads it
+        #: (``enabled`` is False); a local answer always has one (who made a change)
         self.context: AuthorizableRequestContext = context  # type: ignore[assignment]
         #: state an API keeps for the client connection (e.g. Fetch sessions); lives as long as it
         self.connection_state = connection_state if connection_state is not None else {}
@@ -77,6 +82,11 @@ class AuthHelper:
     @property
     def enabled(self) -> bool:
         return self.authorizer is not None
+
+    def record_change(self, operation: str, resource: str, change: str) -> None:
+        """A change of security state this request made (:class:`authz.audit.ChangeLog`)."""
+        if self.changes is not None:
+            self.changes.record(self.context, operation, resource, change)
 
     def allowed(self, resource_type: ResourceType, name: str, op: AclOperation,
                 log_if_allowed: bool = True, log_if_denied: bool = True, ref_count: int = 1) -> bool:

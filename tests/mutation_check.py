@@ -37,6 +37,13 @@ class Mutation:
 
 
 MUTATIONS = (
+    Mutation("change trail: a config change kgw made not recorded", "protocol/apis/configs.py",
+             '                auth.record_change("ALTER_CONFIGS", _audit_resource(rtype, r.resource_name), f"set {outcome.applied}")',
+             "                pass",
+             ("tests/unit/protocol/test_configs_api.py",)),
+    Mutation("change trail: a forwarded change recorded though the upstream refused it", "protocol/apis/configs.py",
+             "            if int(entry.error_code) == 0 and key in asked:", "            if key in asked:",
+             ("tests/unit/protocol/test_configs_api.py",)),
     Mutation("metadata log: no fsync of appended batches", "metadata/directory_files.py",
              "    write_all(files, fd, data)\n    files.fsync(fd)", "    write_all(files, fd, data)",
              ("tests/unit/metadata/test_power_loss.py",)),

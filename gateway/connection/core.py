@@ -208,7 +208,7 @@ class ConnectionCore:
         self._queued: list[memoryview] = []
         self._enforce_state: dict = {}  # per-connection state of API enforcements (Fetch sessions)
         self._no_authorizer = AuthHelper(None, None, self._enforce_state, self.gw.topic_ids,
-                                         self.gw.enforcement_state)
+                                         self.gw.enforcement_state, self.gw.change_log)
         self._routes: dict[int, object] = {}  # dispatch's per-(api, version) lookups ...
         self._routes_for = None  # ... valid for this advertised-versions table
         self.in_flight: deque[Slot] = deque()  # forwarded, awaiting the upstream
@@ -380,7 +380,7 @@ class ConnectionCore:
             return self._answer(header, spec, self.api_versions_answer(header, body, advertised))
         if kind is _UNSUPPORTED:
             raise self._unsupported(spec, header, advertised.get(header.api_key))
-        auth = self._auth_helper(header)
+        auth = self._auth_helper(header, kind is _LOCAL)
         large = len(frame) > self._offload_request and self._is_large(frame)
         if large:  # inspected (and authorized) on a worker thread, off the shared loops
             return self._offloaded(kind is _LOCAL, frame, header, spec, body, auth)
@@ -532,15 +532,18 @@ class ConnectionCore:
         info = self._inspected(spec, inspect, header, body)
         return info, self._enforce(spec, auth, header, body, info)
 
-    def _auth_helper(self, header: RequestHeader) -> AuthHelper:
+    def _auth_helper(self, header: RequestHeader, local: bool = False) -> AuthHelper:
+        """The request's authorization view (``local``: an API kgw answers, which always gets
+        the request context: a change it makes is recorded with who made it)."""
         authorizer = self.gw.authorizer
-        if authorizer is None:
+        if authorizer is None and not local:
             return self._no_authorizer
         context = AuthorizableRequestContext(
             self.listener_name, self.listener.security_protocol, self.principal, self.client_address,
             header.api_key, header.api_version, header.client_id, header.correlation_id,
         )
-        return AuthHelper(authorizer, context, self._enforce_state, self.gw.topic_ids, self.gw.enforcement_state)
+        return AuthHelper(authorizer, context, self._enforce_state, self.gw.topic_ids, self.gw.enforcement_state,
+                          self.gw.change_log)
 
     def _enforce(self, spec: ApiSpec, auth: AuthHelper, header: RequestHeader, body: memoryview,
                  info: RequestInfo) -> Decision:

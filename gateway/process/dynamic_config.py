@@ -285,13 +285,12 @@ class DynamicConfigManager:
                 except MetadataLogError as e:  # a failed write (a full disk): said, never a dropped connection
                     return AlterResult(UNKNOWN_SERVER_ERROR, f"The change was not stored: {e}")
             self.refresh()
-            if records:
-                shown = ", ".join(
-                    f"{r.name}={'[hidden]' if self.model.defs[r.name].sensitive else r.value}"
-                    if r.value is not None else f"{r.name} deleted" for r in records)
-                log.info("dynamic config of BROKER %s changed by %s: %s",
-                         "cluster default" if scope == "" else "this gateway", principal or "-", shown)
-            return OK
+            if not records:
+                return OK
+            # logged and audited by the caller with who made it (authz.audit.ChangeLog)
+            return AlterResult(applied=", ".join(
+                f"{r.name}={'[hidden]' if self.model.defs[r.name].sensitive else r.value}"
+                if r.value is not None else f"{r.name} deleted" for r in records))
 
     def _proposed(self, scope: str, changes: Sequence[ConfigChange], incremental: bool
                   ) -> tuple[dict[str, str], dict[str, str | None], dict[str, AlterConfigOp]]:
@@ -432,6 +431,6 @@ class DynamicConfigManager:
             for logger, level in plan:
                 logger.setLevel(level)
             if plan:
-                log.info("logger levels changed: %s",
-                         ", ".join(f"{lg.name}={_log4j_name(lv) if lv else 'inherit'}" for lg, lv in plan))
+                return AlterResult(applied=", ".join(
+                    f"{lg.name}={_log4j_name(lv) if lv else 'inherit'}" for lg, lv in plan))
         return OK

@@ -35,7 +35,7 @@ from protocol.apis.api_versions import ApiVersionsAnswers, VersionRange, adverti
 from protocol.apis.registry import LOCAL_KEYS, REGISTRY
 from authz.credentials import CredentialStore
 from protocol.topic_ids import TopicCache
-from authz.audit import AUDIT_LOGGER_NAME
+from authz.audit import AUDIT_LOGGER_NAME, ChangeLog
 
 __all__ = ["Gateway", "StartedGateway"]
 
@@ -63,6 +63,8 @@ class Gateway:
         self.upstream = UpstreamQueries(self.cluster)
         #: held by each AlterUserScramCredentials while it reads the credentials and writes its change
         self.scram_changes = trio.Lock()
+        #: every change of security state made through this gateway: logged, and audited
+        self.change_log = ChangeLog()
         #: enforcement state that outlives one connection (regular-expression subscriptions,
         #: streams topologies); each user bounds its own entries
         self.enforcement_state: dict = {}
@@ -246,6 +248,7 @@ class Gateway:
                     batch_max_events=cfg.audit.batch_max_events, linger_s=cfg.audit.linger_ms / 1000,
                     partitions=cfg.audit.partitions, gateway_name=cfg.cluster_id, registry=self.metrics.registry)
                 self.auth_failures.audit = publisher.offer  # failed logins are audit events too
+                self.change_log.add_sink(publisher.offer)  # and every change of security state
                 add_sink = getattr(self.authorizer, "add_audit_sink", None)
                 if add_sink is not None:
                     add_sink(publisher.offer)

@@ -139,7 +139,16 @@ async def _create(gw: LocalServices, auth: AuthHelper, header: RequestHeader, in
     if not auth.cluster(AclOperation.ALTER):
         return response([(CLUSTER_AUTHORIZATION_FAILED, cluster_denied(auth, AclOperation.ALTER))] * len(bindings))
     results = await gw.authorizer.create_acls(auth.context, bindings)
+    for binding, r in zip(bindings, results):
+        if r.error_code == 0:
+            auth.record_change("CREATE", binding.pattern.audit_text(), f"created ACL {_entry_text(binding.entry)}")
     return response([(r.error_code, r.message) for r in results])
+
+
+def _entry_text(entry: AccessControlEntry) -> str:
+    """Kafka's ``AccessControlEntry.toString`` form."""
+    return (f"(principal={entry.principal}, host={entry.host}, operation={AclOperation(entry.operation).name}, "
+            f"permissionType={AclPermissionType(entry.permission_type).name})")
 
 
 # --------------------------------------------------------------------------- DeleteAcls
@@ -164,6 +173,10 @@ async def _delete(gw: LocalServices, auth: AuthHelper, header: RequestHeader, in
     results = await gw.authorizer.delete_acls(auth.context, filters)
     out = []
     for r in results:
+        for d in r.deleted:
+            if d.error_code == 0:
+                auth.record_change("DELETE", d.binding.pattern.audit_text(),
+                                   f"deleted ACL {_entry_text(d.binding.entry)}")
         matches = tuple(
             make(match_cls, error_code=_err(d.error_code), error_message=d.message,
                  resource_type=i8(d.binding.pattern.resource_type), resource_name=d.binding.pattern.name,

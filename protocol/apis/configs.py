@@ -123,9 +123,37 @@ def _merge_in_order(total: int, local: dict[int, Any], forwarded: list[int], ups
     return tuple(by_index[i] for i in range(total))
 
 
+def _audit_resource(rtype: ConfigResourceType, name: str) -> str:
+    """A config resource as audit text: ``Topic:LITERAL:orders``, ``Broker:LITERAL:<default>``."""
+    pascal = "".join(part.capitalize() for part in rtype.name.split("_"))
+    return f"{pascal}:LITERAL:{name or '<default>'}"
+
+
+def _change_text(changes: list[ConfigChange], incremental: bool) -> str:
+    """What a forwarded alteration asks: ``set retention.ms=3600000, deleted cleanup.policy``."""
+    if not incremental:
+        return "replaced with " + (", ".join(f"{c.name}={c.value}" for c in changes) or "nothing")
+    verbs = {AlterConfigOp.SET: "set", AlterConfigOp.DELETE: "deleted", AlterConfigOp.APPEND: "appended to",
+             AlterConfigOp.SUBTRACT: "subtracted from"}
+    return ", ".join(f"{verbs.get(c.op, c.op.name)} {c.name}" + ("" if c.op is AlterConfigOp.DELETE else f"={c.value}")
+                     for c in changes)
+
+
+def _record_forwarded(auth: AuthHelper, asked: dict[tuple[int, str], str]) -> Callable[[tuple[Any, ...]], None]:
+    """Record each forwarded resource the upstream altered (error 0): ``asked`` maps its
+    (resource type, name) to the change asked (a resource is named once: duplicates are
+    refused before)."""
+    def done(upstream_results: tuple[Any, ...]) -> None:
+        for entry in upstream_results:
+            key = (int(entry.resource_type), entry.resource_name)
+            if int(entry.error_code) == 0 and key in asked:
+                auth.record_change("ALTER_CONFIGS", _audit_resource(ConfigResourceType.of(key[0]), key[1]), asked[key])
+    return done
+
+
 def _answer_rest_upstream(gw: LocalServices, api_key: int, version: int, request: Any, local: dict[int, Any],
                           forwarded: list[int], result: Callable[..., Any], response: Callable[..., bytes],
-                          field: str) -> bytes | Decision:
+                          field: str, on_done: Callable[[tuple[Any, ...]], None] | None = None) -> bytes | Decision:
     """The answer to a config request whose ``local`` results kgw made itself: the whole
     response when nothing is left to forward (or the upstream cannot take it: those
     resources get UNSUPPORTED_VERSION), else the ``forwarded`` resources in one sub-request
@@ -145,6 +173,8 @@ def _answer_rest_upstream(gw: LocalServices, api_key: int, version: int, request
 
     def merge(buf: memoryview | bytes, offset: int) -> bytes:
         upstream = decode_response(api_key, version, buf, offset)
+        if on_done is not None:
+            on_done(getattr(upstream, field))
         merged = _merge_in_order(len(resources), local, forwarded, getattr(upstream, field),
                                  lambda e: (int(e.resource_type), e.resource_name), missing)
         return encode(replace(upstream, **{field: merged}))
@@ -309,8 +339,13 @@ def _alter_api(api_key: int) -> Any:
                     continue
                 outcome = AlterResult(POLICY_VIOLATION, violation)
             local[i] = result(r, outcome.error_code, outcome.message)
+            if outcome.applied is not None:
+                auth.record_change("ALTER_CONFIGS", _audit_resource(rtype, r.resource_name), f"set {outcome.applied}")
+        on_done = None if validate_only else _record_forwarded(auth, {
+            (int(resources[i].resource_type), resources[i].resource_name):
+                _change_text(_changes(resources[i], incremental), incremental) for i in forwarded})
         return _answer_rest_upstream(gw, api_key, version, request, local, forwarded, result, response,
-                                     "responses")
+                                     "responses", on_done)
 
     answer.__name__ = f"_answer_{_API_NAMES[api_key]}"
     return answer

@@ -51,7 +51,6 @@ With no authorizer configured every check passes (as on a broker without
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -79,7 +78,6 @@ __all__ = [
     "MECHANISM_CODES",
 ]
 
-log = logging.getLogger("kgw.scram")
 
 DESCRIBE_KEY, ALTER_KEY = 50, 51
 MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384  # Kafka ScramMechanism min/maxIterations (both mechanisms)
@@ -230,11 +228,11 @@ async def _alter(gw: LocalServices, auth: AuthHelper, header: RequestHeader, inf
                     for r in records:
                         errors[r.name] = (ErrorCode.unknown_server_error, f"The change was not stored: {e}")
                     records = []
-            if records:
-                principal = getattr(getattr(auth, "context", None), "principal", None)
-                log.info("SCRAM credentials altered by %s: %s", principal or "(no authorizer)", ", ".join(
-                    f"{'upserted' if isinstance(r, UserScramCredentialRecord) else 'deleted'} "
-                    f"{r.name}/{MECHANISM_CODES[r.mechanism]}" for r in records))
+            for r in records:  # stored: recorded with who made them (never a secret)
+                mechanism = MECHANISM_CODES[r.mechanism]
+                auth.record_change("ALTER", f"User:LITERAL:{r.name}", (
+                    f"upserted {mechanism} credential ({r.iterations} iterations)"
+                    if isinstance(r, UserScramCredentialRecord) else f"deleted {mechanism} credential"))
     results = []
     for name in dict.fromkeys(order):
         code, message = errors.get(name, (0, None))

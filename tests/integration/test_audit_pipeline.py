@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.upstream.cluster import KGW_CLIENT_ID
 from tests.support.acls import add_acl
 
 
@@ -134,6 +135,8 @@ def test_audit_events_to_parquet_and_report(spark, tansu, start_gateway, tmp_pat
         got = Counter()
         for row in df.itertuples():
             assert row.principal == "User:ANONYMOUS" and row.operation == "DESCRIBE", row
+            # the request and client a decision came with stay in the output
+            assert (row.event, row.api, row.client_id) == ("authorization", "Metadata", KGW_CLIENT_ID), row
             minute = pd.Timestamp(row.minute).tz_localize("UTC") if pd.Timestamp(row.minute).tzinfo is None \
                 else pd.Timestamp(row.minute).tz_convert("UTC")
             for kind in ("allowed", "denied"):

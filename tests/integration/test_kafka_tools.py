@@ -5,11 +5,14 @@ and its output."""
 
 from __future__ import annotations
 
+import json
 import re
+import time
 import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
 
 from authz.credentials import PlainCredential
 from protocol.apis.api_versions import VersionRange, advertised_versions
@@ -32,6 +35,7 @@ API_VERSIONS = "org.apache.kafka.tools.BrokerApiVersionsCommand"
 class Tools:
     def __init__(self, gw, work: Path, kafka) -> None:
         self.gw, self.work, self.kafka = gw, work, kafka
+        self.audit_topic = ""
         self.bootstrap = gw.listeners["SASL"]
         self.props = {user: self._props(user) for user in PASSWORDS}
 
@@ -66,9 +70,13 @@ def tools(_kafka_session, tmp_path_factory) -> Tools:
     config["authorizer"] = {"class_name": "authz.standard_authorizer:StandardAuthorizer",
                             "config": {"super.users": "User:admin"}}
     config["alter_configs_policy"] = {"rules": {"topic": {"bounds": {"retention.ms": {"min": 60000}}}}}
+    audit_topic = _name("kgw-tools-audit")
+    config["audit"] = {"publish": True, "topic": audit_topic, "linger_ms": 100}
     gw = launch_gateway("kgw-tools", config, work, node_ids=_kafka_session.node_ids)
     try:
-        yield Tools(gw, work, _kafka_session)
+        tools = Tools(gw, work, _kafka_session)
+        tools.audit_topic = audit_topic
+        yield tools
     finally:
         gw.stop()
 
@@ -165,3 +173,59 @@ def test_kafka_broker_api_versions_shows_only_what_kgw_decodes(tools):
         assert spec[0] <= lo <= hi <= spec[1], (REGISTRY[key].name, lo, hi, spec)
         assert key in ours
     assert 0 in shown and 1 in shown and 3 in shown
+
+
+def _audit_events(tools, want, timeout: float = 30.0) -> list[dict]:
+    """The audit topic's events (read straight from Kafka) once ``want(events)`` holds."""
+    consumer = Consumer({"bootstrap.servers": tools.kafka.bootstrap, "group.id": _name("audit-reader"),
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([tools.audit_topic])
+    events: list[dict] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while not want(events) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                events.append(json.loads(message.value()))
+    finally:
+        consumer.close()
+    return events
+
+
+def test_every_security_change_is_logged_and_audited_with_who_made_it(tools):
+    """ACLs, SCRAM credentials, quotas, topic configs and kgw's own BROKER configs changed with
+    Kafka's tools through kgw: one `kgw.changes` line each naming the principal, listener,
+    client address, request and exact change (never a password), and an audit event
+    `"event": "change"` with the same."""
+    uid = _name("trail")
+    topic = f"{uid}-t"
+    tools.run(TOPICS, "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "1")
+    tools.run(ACLS, "--add", "--allow-principal", f"User:{uid}", "--operation", "Read", "--topic", topic)
+    tools.run(ACLS, "--remove", "--force", "--allow-principal", f"User:{uid}", "--operation", "Read", "--topic", topic)
+    tools.run(CONFIGS, "--alter", "--entity-type", "users", "--entity-name", uid,
+              "--add-config", "SCRAM-SHA-256=[iterations=4096,password=very-secret-pw]")
+    tools.run(CONFIGS, "--alter", "--entity-type", "users", "--entity-name", uid, "--add-config", "producer_byte_rate=1048576")
+    tools.run(CONFIGS, "--alter", "--entity-type", "topics", "--entity-name", topic, "--add-config", "retention.ms=7200000")
+    tools.run(CONFIGS, "--alter", "--entity-type", "brokers", "--entity-default",
+              "--add-config", f"listener.name.sasl.max.connections={9000 + len(uid)}")
+    acl = f"(principal=User:{uid}, host=*, operation=READ, permissionType=ALLOW)"
+    expected = {  # resource -> (operation, change)
+        ("CREATE", f"Topic:LITERAL:{topic}", f"created ACL {acl}"),
+        ("DELETE", f"Topic:LITERAL:{topic}", f"deleted ACL {acl}"),
+        ("ALTER", f"User:LITERAL:{uid}", "upserted SCRAM-SHA-256 credential (4096 iterations)"),
+        ("ALTER_CONFIGS", f"ClientQuota:LITERAL:user={uid}", "set producer_byte_rate=1.04858e+06"),
+        ("ALTER_CONFIGS", f"Topic:LITERAL:{topic}", "set retention.ms=7200000"),
+    }
+    lines = [line for line in tools.gw.process.stderr_path.read_text().splitlines() if " kgw.changes: " in line]
+    for operation, resource, change in expected:
+        found = [line for line in lines if f": {change} on {resource} " in line]
+        assert found, (operation, resource, change, lines)
+        assert f"principal=User:admin operation={operation} listener=SASL client_address=127.0.0.1" in found[0], found
+    assert any(f": set listener.name.sasl.max.connections={9000 + len(uid)} on Broker:LITERAL:<default> " in line
+               for line in lines), lines
+    assert not any("very-secret-pw" in line for line in lines)
+    mine = lambda events: [e for e in events if e.get("event") == "change" and uid in (e.get("resource") or "")]  # noqa: E731
+    events = mine(_audit_events(tools, lambda ev: len(mine(ev)) >= len(expected)))
+    assert {(e["operation"], e["resource"], e["change"]) for e in events} == expected, events
+    assert all(e["principal"] == "User:admin" and e["listener"] == "SASL" and e["client_address"] == "127.0.0.1"
+               and e["api"] and e["client_id"] and e["allowed"] for e in events), events

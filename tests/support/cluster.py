@@ -200,7 +200,8 @@ def launch_gateway(
     the process' open-file limit (``ulimit -n``; the same process id, stopped by it).
 
     The readiness protocol: one ``listening: NAME host:port`` line per
-    listener, then ``admin: http://host:port``, then ``ready``.
+    listener, then ``admin: http://host:port``, then ``ready`` (or ``started, waiting for
+    ...`` while /readyz is 503).
     """
     config_path = write_config(work_dir / f"{name}.yaml", config)
     argv = gateway_argv(config_path) if code is None else [sys.executable, "-m", "gateway.cli", "run", "--config",
@@ -210,7 +211,9 @@ def launch_gateway(
                 f"({open_files}, {open_files})); os.execv(sys.argv[1], sys.argv[1:])", *argv]
     proc = ManagedProcess(name, [*argv, *args], log_dir=work_dir, env=gateway_env(code), cwd=work_dir).start()
     try:
-        ready_idx, _ = proc.wait_for_line(r"^ready\s*$", ready_timeout)
+        # accepting: `ready`, or `started, waiting for ...` when /readyz is not 200 yet (an
+        # unreachable upstream in a test of exactly that)
+        ready_idx, _ = proc.wait_for_line(r"^(ready|started, waiting for .*)\s*$", ready_timeout)
         listeners: dict[str, str] = {}
         admin_url = ""
         for line in proc.stdout_lines[:ready_idx]:

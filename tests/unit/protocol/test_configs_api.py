@@ -520,3 +520,39 @@ async def test_stored_override_invalid_for_this_config_is_ignored(env):
     entries = {e.name: e for e in gw.dynamic_configs.describe(str(NODE_ID))}
     assert "listener.name.gone.max.connections" not in entries
     assert entries["log.level"].value == "INFO"
+
+
+# -------------------------------------------------------------------------- the change trail
+
+
+async def test_changes_are_recorded_with_who_made_them_and_only_when_made(env, caplog):
+    """A BROKER key kgw altered, a logger level, and a topic config the upstream altered: one
+    `kgw.changes` record each (principal, listener, address, request, exact change) and one
+    audit event `change`; the upstream's refusal, a validate_only request and an unchanged
+    value record nothing."""
+    from authz.audit_events import audit_event
+
+    gw, port = await env.start()
+    events: list[dict] = []
+    gw.change_log.add_sink(events.append)
+    env.broker.fail["bad"] = (40, "Invalid value x for configuration retention.ms")
+    caplog.set_level(logging.INFO, logger="kgw.changes")
+    resp = await call(port, 44, 1, incremental_req((TOPIC, "ok", [("retention.ms", SET, "5")]),
+                                                   (TOPIC, "bad", [("retention.ms", SET, "x")]),
+                                                   (BROKER, "", [("listener.name.t.max.connections", SET, "55")]),
+                                                   (BROKER_LOGGER, "", [("kgw.connection", SET, "WARN")])), corr=41)
+    assert [r.error_code for r in resp.responses] == [0, 40, 0, 0]
+    await call(port, 44, 1, incremental_req((TOPIC, "ok", [("retention.ms", SET, "6")]), validate_only=True))
+    await call(port, 44, 1, incremental_req((BROKER, "", [("listener.name.t.max.connections", SET, "55")])))
+    got = {(e["kgw_resource"], e["kgw_change"]) for e in events}
+    assert got == {("Topic:LITERAL:ok", "set retention.ms=5"),
+                   ("Broker:LITERAL:<default>", "set listener.name.t.max.connections=55"),
+                   ("BrokerLogger:LITERAL:<default>", "set kgw.connection=WARN")}, events
+    for fields in events:
+        event = audit_event(fields, 0.0)
+        assert (event["event"], event["principal"], event["listener"], event["client_address"], event["api"],
+                event["correlation_id"], event["operation"]) == (
+            "change", "User:ANONYMOUS", "T", "127.0.0.1", "IncrementalAlterConfigs", 41, "ALTER_CONFIGS"), event
+    lines = [r for r in caplog.records if r.name == "kgw.changes"]
+    assert sorted(r.getMessage() for r in lines) == sorted(f"{change} on {resource}" for resource, change in got)
+    assert all(r.kgw["principal"] == "User:ANONYMOUS" and r.kgw["client_address"] == "127.0.0.1" for r in lines)
