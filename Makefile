@@ -23,6 +23,12 @@ CLIENTS_STAMP := $(CLIENTS_HOME)/.resolved-$(call hash,deploy/kafka-clients/pom.
 SPARK_VERSION := $(shell sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' deploy/spark/pom.xml)
 SPARK_KAFKA_HOME ?= $(HOME)/.cache/kgw/spark-kafka-$(SPARK_VERSION)
 SPARK_KAFKA_STAMP := $(SPARK_KAFKA_HOME)/.resolved-$(call hash,deploy/spark/pom.xml)
+# Keycloak, the OpenID Connect provider of the OAUTHBEARER tests (deploy/keycloak/pom.xml); it
+# runs on Java 21 or newer, found here (or set KEYCLOAK_JAVA_HOME)
+KEYCLOAK_VERSION := $(shell sed -n 's:.*<keycloak.version>\(.*\)</keycloak.version>.*:\1:p' deploy/keycloak/pom.xml)
+KEYCLOAK_CACHE ?= $(HOME)/.cache/kgw/keycloak-$(KEYCLOAK_VERSION)
+KEYCLOAK_STAMP := $(KEYCLOAK_CACHE)/.resolved-$(call hash,deploy/keycloak/pom.xml)
+KEYCLOAK_JAVA_HOME ?= $(lastword $(sort $(wildcard /usr/lib/jvm/temurin-2[1-9]* /usr/lib/jvm/java-2[1-9]-openjdk*)))
 MVN := mvn -q -B
 
 .PHONY: setup demo test test-fast bench clean certs
@@ -71,11 +77,20 @@ $(SPARK_KAFKA_STAMP):
 	rm -f $(SPARK_KAFKA_HOME)/.resolved*
 	touch $@
 
+$(KEYCLOAK_STAMP):
+	$(need_maven)
+	$(say) "resolving Keycloak $(KEYCLOAK_VERSION) from the Maven registry into $(KEYCLOAK_CACHE) (about 180 MB)"
+	$(MVN) -f deploy/keycloak/pom.xml dependency:unpack-dependencies -DincludeArtifactIds=keycloak-quarkus-dist \
+	  -DoutputDirectory=$(KEYCLOAK_CACHE) -DmarkersDirectory=$(KEYCLOAK_CACHE)/.markers
+	rm -f $(KEYCLOAK_CACHE)/.resolved*
+	touch $@
+
 # kcat: a client in the tests; promtool (Debian's prometheus package) checks deploy/prometheus;
 # docker-compose (without the engine it recommends) checks deploy/compose.yaml; chromium renders
 # the audit report in a test
 DEBS := kcat prometheus docker-compose chromium
-setup: $(TEST_STAMP) $(KAFKA_STAMP) $(CLIENTS_STAMP) $(SPARK_KAFKA_STAMP)
+setup: $(TEST_STAMP) $(KAFKA_STAMP) $(CLIENTS_STAMP) $(SPARK_KAFKA_STAMP) $(KEYCLOAK_STAMP)
+	@test -n "$(KEYCLOAK_JAVA_HOME)" || echo "make setup: no Java 21 or newer under /usr/lib/jvm: Keycloak needs one (set KEYCLOAK_JAVA_HOME)"
 	@for tool in kcat promtool docker-compose chromium; do command -v $$tool >/dev/null 2>&1 || missing=1; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then echo "==> apt-get install $(DEBS) (the tests' tools)"; \
@@ -93,14 +108,15 @@ certs: $(DEMO_STAMP)
 
 # the tests find the resolved jars here (tests/support/kafka.py, java.py, spark.py)
 TEST_ENV := KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs KGW_KAFKA_CLIENTS_LIBS=$(CLIENTS_HOME)/libs \
-  KGW_SPARK_KAFKA_JARS=$(SPARK_KAFKA_HOME)/jars
+  KGW_SPARK_KAFKA_JARS=$(SPARK_KAFKA_HOME)/jars KGW_KEYCLOAK_HOME=$(KEYCLOAK_CACHE)/keycloak-$(KEYCLOAK_VERSION) \
+  KGW_KEYCLOAK_JAVA_HOME=$(KEYCLOAK_JAVA_HOME)
 
 test: setup
 	$(say) "running the whole test suite"
 	$(TEST_ENV) $(PY) -m pytest -q
 
 test-fast: setup
-	$(TEST_ENV) $(PY) -m pytest -q -m "not java and not spark and not kafka and not kafka_cluster"
+	$(TEST_ENV) $(PY) -m pytest -q -m "not java and not spark and not kafka and not kafka_cluster and not keycloak"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -42,7 +42,7 @@ class AuthorizerData:
         self.cache_size = cache_size
         # Derived-value caches; None when caching is off.  Keyed by
         # (principal, host, op, resource type, name) / (principal, host, op, type).
-        self.decisions: dict[tuple[str, str, AclOperation, ResourceType, str], MatchingRule] | None = (
+        self.decisions: dict[tuple[str, str, AclOperation, ResourceType, str, tuple[str, ...]], MatchingRule] | None = (
             {} if cache_size > 0 else None)
         self.by_type: dict[tuple[str, str, AclOperation, ResourceType], AuthorizationResult] | None = (
             {} if cache_size > 0 else None)
@@ -129,7 +129,8 @@ DENY_OPS_FOR: Mapping[AclOperation, frozenset[AclOperation]] = MappingProxyType(
 })
 
 
-def decide(data: "AuthorizerData", principal_key: str, host: str, action: Action) -> MatchingRule:
+def decide(data: "AuthorizerData", principal_key: str, host: str, action: Action,
+           groups: tuple[str, ...] = ()) -> MatchingRule:
     """Decide one action.  Steps follow Kafka's ``StandardAuthorizerData``:
 
     0. The resource pattern must be LITERAL (the request layer only asks
@@ -150,17 +151,21 @@ def decide(data: "AuthorizerData", principal_key: str, host: str, action: Action
        it).  Else, if the resource had no ACLs at all,
        ``allow.everyone.if.no.acl.found`` picks ``DefaultAllow`` or
        ``DefaultDeny``.  Else ``DefaultDeny``.
+
+    ``groups``: ``Group:<name>`` principals the caller also holds (an OAUTHBEARER token's
+    groups claim): they are candidate principals beside the caller's own in step 4 (a DENY on
+    a group beats an ALLOW on the user, as any DENY does) and may be super users.
     """
     pattern = action.resource_pattern
     if pattern.pattern_type is not _LITERAL:
         raise ValueError(f"Only literal resources are supported. Got: {pattern.pattern_type.name}")
-    if principal_key in data.super_users:
+    if principal_key in data.super_users or (groups and not data.super_users.isdisjoint(groups)):
         return SuperUserRule
     if not data.loaded:
         raise AuthorizerNotReadyError("The authorizer has not completed its initial ACL load")
 
     op = action.operation
-    cache_key = (principal_key, host, op, pattern.resource_type, pattern.name)
+    cache_key = (principal_key, host, op, pattern.resource_type, pattern.name, groups)
     cache = data.decisions
     if cache is not None:
         rule = cache.get(cache_key)
@@ -183,6 +188,9 @@ def decide(data: "AuthorizerData", principal_key: str, host: str, action: Action
                 (WILDCARD_PRINCIPAL_KEY, WILDCARD_HOST),
             )
             principals = (principal_key, WILDCARD_PRINCIPAL_KEY)
+        if groups:
+            keys = (*keys, *((g, h) for g in groups for h in (host, WILDCARD_HOST)))
+            principals = (*principals, *groups)
         hosts = (host, WILDCARD_HOST)
         allow_ops = ALLOW_OPS_FOR[op]
         deny_ops = DENY_OPS_FOR[op]

@@ -53,6 +53,7 @@ class SaslMechanism(enum.StrEnum):
     PLAIN = "PLAIN"
     SCRAM_SHA_256 = "SCRAM-SHA-256"
     SCRAM_SHA_512 = "SCRAM-SHA-512"
+    OAUTHBEARER = "OAUTHBEARER"  # a listener validates tokens (KIP-255, KIP-768); no stored credential
 
     @property
     def hash_name(self) -> str | None:

@@ -60,12 +60,15 @@ class KafkaPrincipal:
         key: the ``Type:Name`` text, computed once; the authorizer matches on it.
     """
 
-    __slots__ = ("principal_type", "name", "token_authenticated", "key", "__weakref__", "__dict__")
+    __slots__ = ("principal_type", "name", "token_authenticated", "key", "group_keys", "__weakref__", "__dict__")
 
     principal_type: str
     name: str
     token_authenticated: bool
     key: str
+    #: ``Group:<name>`` principals the identity also holds (from a token's groups claim): the
+    #: StandardAuthorizer matches ACLs on them alongside ``key`` (an empty tuple by default)
+    group_keys: tuple[str, ...]
 
     def __init__(self, principal_type: str, name: str, token_authenticated: bool = False) -> None:
         if principal_type is None or name is None:
@@ -77,6 +80,7 @@ class KafkaPrincipal:
         set_(self, "name", name)
         set_(self, "token_authenticated", bool(token_authenticated))
         set_(self, "key", f"{principal_type}:{name}")
+        set_(self, "group_keys", ())
 
     def __setattr__(self, attr: str, value: Any) -> None:
         if attr in _BASE_FIELDS:

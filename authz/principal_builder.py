@@ -117,15 +117,18 @@ class SaslAuthenticationContext(AuthenticationContext):
     """A connection that completed a SASL exchange."""
 
     mechanism: str
-    """PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."""
+    """PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER."""
     authorization_id: str
     """The identity the mechanism established (the user name for PLAIN and SCRAM)."""
     ssl_peer_certificate: x509.Certificate | None = None
     """On SASL_SSL, the client certificate if one was presented (the default builder ignores it)."""
+    token: Any = None
+    """With OAUTHBEARER, the validated token (``gateway.auth.oauthbearer.ValidatedToken``: its
+    ``claims``, ``scopes``, ``groups`` and ``expires_at``), for a custom builder."""
 
     @classmethod
     def from_base(
-        cls, base: AuthenticationContext, *, mechanism: str, authorization_id: str
+        cls, base: AuthenticationContext, *, mechanism: str, authorization_id: str, token: Any = None
     ) -> SaslAuthenticationContext:
         """The SASL context of a connection whose accept-time context is ``base``."""
         return cls(
@@ -135,6 +138,7 @@ class SaslAuthenticationContext(AuthenticationContext):
             mechanism=mechanism,
             authorization_id=authorization_id,
             ssl_peer_certificate=getattr(base, "peer_certificate", None),
+            token=token,
         )
 
 

@@ -278,6 +278,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
         data = self._data  # one snapshot for the whole batch
         principal = context.principal
         principal_key = f"{principal.principal_type}:{principal.name}"
+        groups = getattr(principal, "group_keys", ())  # a builder's own principal class may lack it
         host = context.host_address
         levels = AuditLevels.current(self.audit_sinks)
         allowed_silent = levels.allowed_silent
@@ -287,7 +288,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
         suppressed: dict[tuple[str, str, bool], int] | None = None
         denied_topics: list[str] | None = None
         for action in actions:
-            rule = decide(data, principal_key, host, action)
+            rule = decide(data, principal_key, host, action, groups)
             result = rule.result
             results.append(result)
             if result is _ALLOWED:

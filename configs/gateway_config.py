@@ -104,11 +104,41 @@ class ListenerTlsConfig:
 
 
 @_model
+class OAuthBearerConfig:
+    """How a listener validates OAUTHBEARER tokens (Kafka's KIP-768 broker settings,
+    ``sasl.oauthbearer.*``); exactly one of the three key sources."""
+
+    jwks_endpoint_url: str | None = None
+    """sasl.oauthbearer.jwks.endpoint.url: the provider's JWKS."""
+    issuer_url: str | None = None
+    """OpenID Connect discovery: <issuer_url>/.well-known/openid-configuration names the JWKS
+    and the issuer tokens must carry."""
+    jwks_file: Path | None = None
+    """A JWKS file (no route to the provider); read at start-up and on SIGHUP-free reload."""
+    expected_audience: tuple[str, ...] = ()
+    """sasl.oauthbearer.expected.audience: a token must name one of these in `aud` (empty: not checked)."""
+    expected_issuer: str | None = None
+    """sasl.oauthbearer.expected.issuer: the `iss` a token must carry (default: the discovered one)."""
+    scope_claim_name: str = "scope"
+    """sasl.oauthbearer.scope.claim.name."""
+    sub_claim_name: str = "sub"
+    """sasl.oauthbearer.sub.claim.name: the claim naming the principal (User:<value>)."""
+    groups_claim: str | None = None
+    """A claim (or dotted path) listing groups: each becomes a Group:<name> principal."""
+    clock_skew_seconds: int = 30
+    """sasl.oauthbearer.clock.skew.seconds."""
+    jwks_refresh_ms: int = 3600000
+    """sasl.oauthbearer.jwks.endpoint.refresh.ms."""
+
+
+@_model
 class ListenerSaslConfig:
     """SASL settings of a listener (security_protocol SASL_PLAINTEXT or SASL_SSL)."""
 
     mechanisms: tuple[SaslMechanism, ...]
     """Mechanisms offered to clients, in order of preference; non-empty, no duplicates."""
+    oauthbearer: OAuthBearerConfig | None = None
+    """Token validation; required when OAUTHBEARER is offered."""
 
 
 @_model

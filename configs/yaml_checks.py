@@ -302,6 +302,7 @@ _PROTOCOL = _choice(*SecurityProtocol)
 
 
 _MECHANISM = _choice(*SaslMechanism)
+_HTTP_URL = _str(r"https?://[^\s/]+(/\S*)?", "an http:// or https:// URL")
 
 
 _SCRAM_MECHANISM = _choice(SaslMechanism.SCRAM_SHA_256, SaslMechanism.SCRAM_SHA_512)

@@ -109,6 +109,37 @@ def start_gateway(
             gw.stop()
 
 
+# -- Keycloak (marked tests only: `keycloak`) ----------------------------------------------
+
+_KEYCLOAK: dict[str, Any] = {}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Launch Keycloak as soon as the run is known to need it: it starts while other tests run."""
+    if any(item.get_closest_marker("keycloak") for item in session.items) and not session.config.option.collectonly:
+        from tests.support.keycloak import launch_keycloak
+
+        work = Path(session.config._tmp_path_factory.mktemp("keycloak"))  # type: ignore[attr-defined]
+        try:
+            _KEYCLOAK["launched"] = launch_keycloak(work)
+        except Exception as e:  # reported by the fixture, where the tests that need it fail
+            _KEYCLOAK["error"] = e
+
+
+@pytest.fixture(scope="session")
+def keycloak(tmp_path_factory: pytest.TempPathFactory):
+    from tests.support.keycloak import await_keycloak, start_keycloak
+
+    if "error" in _KEYCLOAK:
+        raise _KEYCLOAK["error"]
+    launched = _KEYCLOAK.pop("launched", None)
+    server = await_keycloak(launched) if launched is not None else start_keycloak(tmp_path_factory.mktemp("keycloak"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 # -- Apache Kafka (marked tests only: `kafka`, `kafka_cluster`) ---------------------------
 
 @pytest.fixture(scope="session")
@@ -212,6 +243,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     skipped test can only mean a missing feature or a broken set-up: the run fails."""
     import os
 
+    launched = _KEYCLOAK.pop("launched", None)
+    if launched is not None:  # launched early, then never needed (a run cut short)
+        launched.stop()
     if not os.environ.get("CI") or exitstatus != 0:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

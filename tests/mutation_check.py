@@ -37,6 +37,16 @@ class Mutation:
 
 
 MUTATIONS = (
+    Mutation("oauthbearer: the token's audience not checked", "gateway/auth/oauthbearer.py",
+             "        if self.expected_audience:\n", "        if False:\n",
+             ("tests/unit/gateway/test_oauthbearer.py",)),
+    Mutation("oauthbearer: a rotated key never fetched", "gateway/auth/oauthbearer.py",
+             "            if not self.keys.refetch_for_unknown_kid() or self.keys.keys is None:",
+             "            if True:",
+             ("tests/unit/gateway/test_oauthbearer.py",)),
+    Mutation("group principals: ACLs on a token's groups not matched", "authz/acl_rules.py",
+             "        if groups:\n            keys = (*keys,", "        if False:\n            keys = (*keys,",
+             ("tests/unit/authz/test_standard_authorizer.py",)),
     Mutation("change trail: a config change kgw made not recorded", "protocol/apis/configs.py",
              '                auth.record_change("ALTER_CONFIGS", _audit_resource(rtype, r.resource_name), f"set {outcome.applied}")',
              "                pass",

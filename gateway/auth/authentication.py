@@ -36,6 +36,7 @@ from authz.principal_builder import (
     SslAuthenticationContext,
     load_principal_builder,
 )
+from gateway.auth.oauthbearer import JwksSource, OAuthBearerValidator
 from gateway.auth.failures import AuthenticationFailed, AuthFailureTracker
 from gateway.auth.sasl import SaslSession
 from metadata.scram_credentials import MetadataCredentialStore
@@ -60,6 +61,15 @@ class ConnectionAuth:
     @property
     def authenticated(self) -> bool:
         return self.session is None or self.session.authenticated
+
+
+def _oauthbearer_validator(cfg: Any) -> OAuthBearerValidator:
+    keys = JwksSource(jwks_endpoint_url=cfg.jwks_endpoint_url, issuer_url=cfg.issuer_url, jwks_file=cfg.jwks_file,
+                      refresh_s=cfg.jwks_refresh_ms / 1000)
+    return OAuthBearerValidator(keys, expected_audience=tuple(cfg.expected_audience),
+                                expected_issuer=cfg.expected_issuer, scope_claim_name=cfg.scope_claim_name,
+                                sub_claim_name=cfg.sub_claim_name, groups_claim=cfg.groups_claim,
+                                clock_skew_s=cfg.clock_skew_seconds)
 
 
 class ListenerSecurity:
@@ -87,6 +97,9 @@ class ListenerSecurity:
         self._config = cfg
         #: PLAIN passwords verified recently, shared by the gateway's listeners
         self._verified = gateway.password_hashing.verified
+        #: OAUTHBEARER token validation (its keys fetched by the gateway's background task)
+        self.oauthbearer = _oauthbearer_validator(cfg.sasl.oauthbearer) if (
+            self.uses_sasl and cfg.sasl is not None and cfg.sasl.oauthbearer is not None) else None
 
     def reload_tls(self, only_if_changed: bool = False) -> bool:
         """Build the TLS context again from the listener's files: connections accepted from now
@@ -123,7 +136,7 @@ class ListenerSecurity:
                                                   security_protocol=self.protocol)
         if self.uses_sasl:
             session = SaslSession(self._config, self.credentials, self.builder, base, failures=self.failures,
-                                  verified=self._verified)
+                                  verified=self._verified, oauthbearer=self.oauthbearer)
             return stream, ConnectionAuth(None, session)
         if self.protocol == "PLAINTEXT" and self._config.principal_builder is None:
             return stream, ConnectionAuth(ANONYMOUS, None)

@@ -89,6 +89,8 @@ class AuthFailureTracker:
             ["listener", "client_software", "cause"],
             registry=self.registry,
         )
+        self.successes = Counter(
+            "kgw_authentications", "Successful SASL authentications", ["listener", "mechanism"], registry=self.registry)
         self.software_labels = software_labels
         #: where failed authentications go as audit events (the audit publisher's offer), if anywhere
         self.audit: Callable[[Mapping[str, Any]], Any] | None = None
@@ -129,6 +131,9 @@ class AuthFailureTracker:
                 extra={"kgw": {"listener": listener, "mechanism": mechanism, "client": host, "failures": count}},
             )
         return count
+
+    def succeeded(self, listener: str, mechanism: str) -> None:
+        self.successes.labels(listener, mechanism).inc()
 
     def forget(self, address: str | tuple) -> None:
         """Reset a host's count (call after a successful authentication)."""

@@ -88,6 +88,7 @@ from protocol.codecs import response_class
 from authz.credentials import CredentialStore
 from gateway.auth.scram import ScramServer, _default_nonce
 from gateway.auth.scram import SaslFailure
+from gateway.auth.oauthbearer import OAuthBearerServer, OAuthBearerValidator
 
 log = logging.getLogger("kgw.sasl")
 
@@ -220,6 +221,7 @@ class SaslSession:
         self, listener_config: Any, users: Any, principal_builder: KafkaPrincipalBuilder,
         auth_context_base: AuthenticationContext, *, failures: Any = None,
         nonce_factory: Callable[[], str] = _default_nonce, verified: VerifiedPasswords | None = None,
+        oauthbearer: OAuthBearerValidator | None = None,
     ) -> None:
         sasl = getattr(listener_config, "sasl", None)
         if sasl is None or not sasl.mechanisms:
@@ -232,10 +234,11 @@ class SaslSession:
         self._failures = failures
         self._nonce_factory = nonce_factory
         self._verified = verified
+        self._oauthbearer = oauthbearer
         self.state = SaslState.INITIAL
         self.mechanism: str | None = None
         self.failure_reason: str | None = None
-        self._server: PlainServer | ScramServer | None = None
+        self._server: PlainServer | ScramServer | OAuthBearerServer | None = None
         self._principal: KafkaPrincipal | None = None
         #: (name, version) of the client library from its ApiVersions request (KIP-511), if it said
         self.client_software: tuple[str, str] | None = None
@@ -288,6 +291,9 @@ class SaslSession:
     def needs_hashing(self, api_key: int, request: Any = None, token: bytes | None = None) -> bool:
         """Whether answering this SaslAuthenticate request (or bare token) runs a stretched
         password hash, which must then run on a worker thread in its client host's turn."""
+        if isinstance(self._server, OAuthBearerServer):  # a signature check, maybe a key fetch
+            return not self._server.complete and (token is not None or (
+                api_key == SASL_AUTHENTICATE and self.state is SaslState.AUTHENTICATE))
         if not isinstance(self._server, PlainServer) or self._server.complete:
             return False
         if token is None:
@@ -330,9 +336,12 @@ class SaslSession:
         self.state = SaslState.AUTHENTICATE if version >= 1 else SaslState.RAW_TOKENS
         return self._handshake_response(version, ErrorCode.none, self.enabled_mechanisms), False
 
-    def _new_server(self, mechanism: str) -> PlainServer | ScramServer:
+    def _new_server(self, mechanism: str) -> PlainServer | ScramServer | OAuthBearerServer:
         if mechanism == SaslMechanism.PLAIN:
             return PlainServer(self._store.plain, self._verified)
+        if mechanism == SaslMechanism.OAUTHBEARER:
+            assert self._oauthbearer is not None, "OAUTHBEARER offered without a validator"
+            return OAuthBearerServer(self._oauthbearer)
         return ScramServer(mechanism, self._store.scram, nonce_factory=self._nonce_factory)
 
     @staticmethod
@@ -375,16 +384,21 @@ class SaslSession:
                 self.state = SaslState.COMPLETE
                 if self._failures is not None:
                     self._failures.forget(self._base.client_address)
+                    self._failures.succeeded(self.listener_name, server.mechanism)
         except SaslFailure as exc:
             self._set_failed(exc.reason, cause=exc.cause)
             raise
         return reply
 
-    def _build_principal(self, server: PlainServer | ScramServer) -> KafkaPrincipal:
+    def _build_principal(self, server: PlainServer | ScramServer | OAuthBearerServer) -> KafkaPrincipal:
+        token = getattr(server, "token", None)  # a custom builder may read its claims and scopes
         context = SaslAuthenticationContext.from_base(
-            self._base, mechanism=server.mechanism, authorization_id=server.authorization_id or "")
+            self._base, mechanism=server.mechanism, authorization_id=server.authorization_id or "", token=token)
         try:
-            return self._builder.build(context)
+            principal = self._builder.build(context)
+            if token is not None and token.groups and not getattr(principal, "group_keys", ()):
+                principal.group_keys = tuple(f"Group:{g}" for g in token.groups)
+            return principal
         except Exception as exc:
             raise SaslFailure(
                 "Authentication failed: no principal could be built for this user",

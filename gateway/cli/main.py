@@ -207,6 +207,10 @@ def cmd_check(args) -> int:
     if damage:
         print(f"kgw: {args.config}: metadata.path: {damage}", file=sys.stderr)
         return EXIT_DAMAGED_LOG
+    from gateway.process.preflight import warnings
+
+    for warning in warnings(config):
+        print(f"kgw: warning: {warning}", file=sys.stderr)
     listeners = ", ".join(f"{lc.name} ({lc.security_protocol}) on {lc.host}:{lc.port}" for lc in config.listeners)
     _say(f"{args.config}: OK: {listeners}; authorizer {config.authorizer.class_name or 'none (everything allowed)'}"
          f"; metadata {config.metadata.backend}")

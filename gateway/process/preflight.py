@@ -119,6 +119,35 @@ def _listener_problems(path: str, lc: Any) -> list[Problem]:
     except (PrincipalBuilderLoadError, ValueError) as e:
         key = "principal_builder" if lc.principal_builder else "tls.principal_mapping_rules"
         found.append(Problem(f"{path}.{key}", str(e)))
+    keys = _oauthbearer_keys(lc)
+    if keys is not None and keys.jwks_file is not None:  # a file must hold keys at start-up
+        keys.fetch()
+        if not keys.ready:
+            found.append(Problem(f"{path}.sasl.oauthbearer.jwks_file", f"no keys in {keys.jwks_file}: {keys.error}"))
+    return found
+
+
+def _oauthbearer_keys(lc: Any) -> Any:
+    from gateway.auth.oauthbearer import JwksSource
+
+    cfg = lc.sasl.oauthbearer if lc.sasl is not None else None
+    if cfg is None:
+        return None
+    return JwksSource(jwks_endpoint_url=cfg.jwks_endpoint_url, issuer_url=cfg.issuer_url, jwks_file=cfg.jwks_file,
+                      timeout_s=5.0)
+
+
+def warnings(config: Any) -> list[str]:
+    """What may keep a started gateway from being ready without stopping the start: an
+    OAUTHBEARER key URL that does not answer now (the gateway keeps trying; /readyz says why)."""
+    found = []
+    for i, lc in enumerate(config.listeners):
+        keys = _oauthbearer_keys(lc)
+        if keys is not None and keys.jwks_file is None:
+            keys.fetch()
+            if not keys.ready:
+                found.append(f"listeners[{i}].sasl.oauthbearer: no keys from {keys.where} now ({keys.error}); "
+                             "the listener will not be ready until they can be fetched")
     return found
 
 

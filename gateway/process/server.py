@@ -163,6 +163,11 @@ class Gateway:
             upstream = time.strftime("requests time out since %Y-%m-%dT%H:%M:%SZ", time.gmtime(
                 self.cluster.timing_out_since)) + f" ({self.cluster.request_timeouts} so far)"
         state = {**self._ready, "upstream": upstream, "broker_ports": exposed}
+        for listener in self.listeners:
+            oauth = listener.security.oauthbearer
+            if oauth is not None:
+                state[f"{listener.name} oauthbearer keys"] = True if oauth.keys.ready else (
+                    f"none from {oauth.keys.where}: {oauth.keys.error}")
         if self.image is not None:
             store = self.image.store
             since = store.stale_since
@@ -274,6 +279,10 @@ class Gateway:
             nursery.start_soon(self._resume_metadata_writes)
             await self.dynamic_configs.load()
             nursery.start_soon(self.tls.watch)
+            for listener in self.listeners:
+                oauth = listener.security.oauthbearer
+                if oauth is not None:  # fetched once before the listener opens, then refreshed
+                    await nursery.start(self._keep_oauthbearer_keys, listener.name, oauth.keys)
             bound = {}
             for listener in self.listeners:
                 event = ready_events.get(listener.name)
@@ -286,6 +295,18 @@ class Gateway:
                 self.metrics.ready.labels(listener.name).set(1)
                 log.info("listener %s accepting on %s:%d", listener.name, listener.config.host, port)
             task_status.started(StartedGateway(bound, admin))
+
+    async def _keep_oauthbearer_keys(self, listener_name: str, keys, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """A listener's OAUTHBEARER verification keys: fetched off the event loop now and every
+        ``jwks_refresh_ms`` (a key id a token names but the set lacks fetches once more, in the
+        login's worker thread); not ready on /readyz while there are none."""
+        await trio.to_thread.run_sync(keys.fetch)
+        if keys.ready:
+            log.info("listener %s: OAUTHBEARER keys from %s", listener_name, keys.where)
+        task_status.started()
+        while True:
+            await trio.sleep(keys.refresh_s if keys.ready else min(keys.refresh_s, 5.0))
+            await trio.to_thread.run_sync(keys.fetch)
 
     async def _run_data_plane(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """The data-plane thread lives as long as this task; its failure fails the gateway."""

@@ -36,6 +36,17 @@ def exported(text: str) -> dict[str, tuple[str, frozenset[str]]]:
     return found
 
 
+def _scram_entry(name: str, password: str) -> dict:
+    import base64
+
+    from authz.credentials import SaslMechanism, ScramCredential
+
+    c = ScramCredential.from_password(name, password, SaslMechanism.SCRAM_SHA_512, iterations=4096)
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    return {"name": name, "mechanism": "SCRAM-SHA-512", "salt": b64(c.salt), "iterations": c.iterations,
+            "stored_key": b64(c.stored_key), "server_key": b64(c.server_key)}
+
+
 def _scrape_when(admin_url: str, needle: str) -> str | None:
     with urllib.request.urlopen(admin_url + "/metrics", timeout=10) as r:
         text = r.read().decode()
@@ -57,6 +68,7 @@ def test_the_metrics_reference_is_what_a_gateway_exports(start_gateway, tmp_path
         "authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer",
                        "config": {"allow.everyone.if.no.acl.found": False}},
         "audit": {"publish": True, "topic": f"kgw-audit-{uid}", "linger_ms": 100},
+        "users": {"scram": [_scram_entry("somebody", "somebody-pw")]},
     }, name=f"metrics-ref-{uid}")
     admin = AdminClient({"bootstrap.servers": gw.bootstrap})
     admin.list_topics(f"denied-{uid}", timeout=20)  # ANONYMOUS has no ACL: denied
@@ -64,6 +76,10 @@ def test_the_metrics_reference_is_what_a_gateway_exports(start_gateway, tmp_path
                                "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "nobody",
                                "sasl.password": "x"}, authentication_error)
     assert authentication_error(errors)
+    logged_in = AdminClient({"bootstrap.servers": gw.listeners["SASL"], "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "somebody",
+                             "sasl.password": "somebody-pw"})
+    logged_in.list_topics(timeout=20)  # a successful login: its counter appears
     host, port = gw.bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as raw:  # API key 32000: closed, counted
         raw.sendall(struct.pack(">ihhih", 10, 32000, 0, 1, -1))

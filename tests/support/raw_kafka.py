@@ -74,6 +74,18 @@ class RawConnection:
         return self
 
 
+    def sasl_oauthbearer(self, token: str) -> tuple[int, str | None]:
+        """SaslHandshake v1 + SaslAuthenticate v2 with an OAUTHBEARER token (RFC 7628); on an
+        error JSON from the server, the client's ^A as Kafka's client sends it.  Returns the
+        final (error code, message): (0, None) when logged in."""
+        handshake = self.call(17, 1, make(request_class(17, 1), mechanism="OAUTHBEARER"))
+        assert handshake.error_code == 0, handshake
+        auth = self.call(36, 2, make(request_class(36, 2), auth_bytes=f"n,,\x01auth=Bearer {token}\x01\x01".encode()))
+        if auth.error_code == 0 and auth.auth_bytes:  # the error JSON: acknowledge, then the failure
+            auth = self.call(36, 2, make(request_class(36, 2), auth_bytes=b"\x01"))
+        return int(auth.error_code), auth.error_message
+
+
 def call(address: str, api_key: int, version: int, body, correlation_id: int = 11):
     """One request/response on a fresh connection."""
     with RawConnection(address) as conn:

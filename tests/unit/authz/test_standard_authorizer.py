@@ -779,3 +779,32 @@ def test_the_implication_table_is_data_stated_once_and_immutable():
     code = ("import sys; from authz.acl_rules import ALLOW_OPS_FOR as A; from authz.acl import AclOperation as O; "
             "assert 'authz.standard_authorizer' not in sys.modules; assert O.ALTER_CONFIGS in A[O.DESCRIBE_CONFIGS]")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# -- Group principals (an OAUTHBEARER token's groups claim) ---------------------------------------
+
+
+def _member(*groups: str) -> KafkaPrincipal:
+    p = KafkaPrincipal("User", "carol")
+    p.group_keys = tuple(f"Group:{g}" for g in groups)
+    return p
+
+
+def test_group_principals_match_beside_the_user_and_a_group_deny_wins():
+    a = make(acl("pay-", principal="Group:payments", pattern=PRE),
+             acl("pay-ledger", principal="Group:contractors", perm=DENY),
+             acl("pay-ledger", principal="User:carol"))
+    assert check(a, "pay-orders", principal=_member("payments")) is ALLOWED  # by the group
+    assert check(a, "pay-orders", principal=_member()) is DENIED  # not a member: no ALLOW applies
+    assert check(a, "pay-ledger", principal=_member()) is ALLOWED  # the user's own ALLOW
+    assert check(a, "pay-ledger", principal=_member("payments", "contractors")) is DENIED  # DENY on a group wins
+    assert check(a, "pay-orders", principal="User:payments") is DENIED  # a user named like a group is not it
+    # the decision cache keeps members and non-members apart
+    assert check(a, "pay-orders", principal=_member("payments")) is ALLOWED
+    assert check(a, "pay-orders", principal=_member()) is DENIED
+
+
+def test_a_group_may_be_a_super_user():
+    a = make(configs={"super.users": "Group:platform"})
+    assert check(a, "anything", principal=_member("platform")) is ALLOWED
+    assert check(a, "anything", principal=_member("payments")) is DENIED

@@ -1,0 +1,169 @@
+"""SASL/OAUTHBEARER through kgw with tokens from a real OpenID Connect provider (Keycloak,
+tests/support/keycloak.py): real clients log in with tokens Keycloak issued them, ACLs on their
+`User:` principal and on the `Group:` principals of their token's groups claim decide, tokens
+Keycloak issued for another audience (or forged) are refused with the reason in kgw's log, and
+a signing-key rotation in Keycloak is picked up without a restart."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic,
+                                   ResourcePatternType, ResourceType)
+from kafka import KafkaProducer
+from kafka.net.sasl.oauth import AbstractTokenProvider
+
+from tests.support.kafka_data import authentication_error, confluent_errors
+from tests.support.ports import HOST, free_port, free_port_base
+from tests.support.raw_kafka import RawConnection
+
+pytestmark = [pytest.mark.integration, pytest.mark.keycloak]
+
+CLIENTS = {"svc-orders": "svc-orders-secret", "svc-reports": "svc-reports-secret",
+           "svc-other-audience": "svc-other-secret"}
+
+
+def _listener(oauthbearer: dict) -> dict:
+    return {"name": "OAUTH", "security_protocol": "SASL_PLAINTEXT", "host": HOST, "port": free_port(),
+            "advertised_host": HOST, "broker_port_base": free_port_base(),
+            "sasl": {"mechanisms": ["OAUTHBEARER"], "oauthbearer": oauthbearer}}
+
+
+@pytest.fixture
+def gateway(start_gateway, keycloak):
+    gw = start_gateway({
+        "listeners": [_listener({"issuer_url": keycloak.issuer, "expected_audience": ["kgw"],
+                                 "sub_claim_name": "azp", "groups_claim": "groups"})],
+        "authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer",
+                       "config": {"super.users": "User:svc-orders"}},
+    }, name=f"kgw-oauth-{uuid.uuid4().hex[:6]}")
+    return gw
+
+
+def _conf(gw, keycloak, client: str) -> dict:
+    """librdkafka's own OIDC client-credentials login (KIP-768), against Keycloak."""
+    return {"bootstrap.servers": gw.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "OAUTHBEARER",
+            "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": client,
+            "sasl.oauthbearer.client.secret": CLIENTS[client],
+            "sasl.oauthbearer.token.endpoint.url": keycloak.token_endpoint, "broker.address.family": "v4"}
+
+
+def _produce(conf: dict, topic: str) -> KafkaError | None:
+    """One record; the delivery error, or None when it was written."""
+    outcome: list = []
+    producer = Producer({**conf, "message.timeout.ms": 15000})
+    producer.produce(topic, b"r", on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(30)
+    assert outcome, "no delivery report"
+    return outcome[0]
+
+
+def _acl(topic: str, principal: str, permission=AclPermissionType.ALLOW) -> AclBinding:
+    return AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, principal, "*", AclOperation.ALL,
+                      permission)
+
+
+def test_keycloak_tokens_log_in_and_acls_on_users_and_groups_decide(gateway, keycloak):
+    topic = f"oauth-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(_conf(gateway, keycloak, "svc-orders"))  # a super user by its token's azp
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    assert _produce(_conf(gateway, keycloak, "svc-orders"), topic) is None
+    reports = _conf(gateway, keycloak, "svc-reports")  # User:svc-reports, Group:analytics
+    denied = _produce(reports, topic)
+    assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, denied
+    for f in admin.create_acls([_acl(topic, "Group:analytics")]).values():
+        f.result(30)
+    assert _produce(reports, topic) is None  # allowed by its group, granted mid-life
+    listed = admin.describe_acls(AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, None, None,
+                                                  AclOperation.ANY, AclPermissionType.ANY)).result(30)
+    assert [b.principal for b in listed] == ["Group:analytics"]
+    for f in admin.create_acls([_acl(topic, "Group:analytics", AclPermissionType.DENY),
+                                _acl(topic, "User:svc-reports")]).values():
+        f.result(30)
+    denied = _produce(reports, topic)  # a DENY on the group beats an ALLOW on the user
+    assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, denied
+    log = gateway.process.stderr_path.read_text()
+    assert "authenticated as User:svc-reports with OAUTHBEARER" in log
+
+
+class _Tokens(AbstractTokenProvider):
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    def token(self) -> str:
+        return self._token
+
+
+def _kafka_python_login(gw, token: str) -> Exception | None:
+    """kafka-python with a token provider: None when it logged in and produced."""
+    try:
+        producer = KafkaProducer(bootstrap_servers=gw.bootstrap, security_protocol="SASL_PLAINTEXT",
+                                 sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=_Tokens(token),
+                                 request_timeout_ms=10000, max_block_ms=10000)
+        try:
+            producer.partitions_for("oauth-probe")  # metadata: logged in first
+        finally:
+            producer.close(timeout=5)
+    except Exception as e:  # noqa: BLE001 - the refusal is the outcome
+        return e
+    return None
+
+
+def _forged_none(token: str) -> str:
+    """The token with its header changed to `alg: none` and no signature."""
+    head = base64.urlsafe_b64encode(json.dumps({"alg": "none", "typ": "JWT"}).encode()).rstrip(b"=").decode()
+    return f"{head}.{token.split('.')[1]}."
+
+
+def _log_reasons(gw) -> str:
+    return "\n".join(line for line in gw.process.stderr_path.read_text().splitlines()
+                     if "SASL authentication failed" in line)
+
+
+def _raw_login(gw, token: str) -> tuple[int, str | None]:
+    with RawConnection(gw.bootstrap) as conn:
+        return conn.sasl_oauthbearer(token)
+
+
+def test_tokens_not_issued_for_kgw_are_refused_with_their_reason(gateway, keycloak):
+    good = keycloak.token("svc-orders", CLIENTS["svc-orders"])
+    assert _kafka_python_login(gateway, good) is None  # another real client, Keycloak's token
+    errors = confluent_errors(_conf(gateway, keycloak, "svc-other-audience"), authentication_error)
+    assert authentication_error(errors), errors  # Keycloak issued it, but not for kgw
+    assert "Missing claim: 'aud'" in _log_reasons(gateway)
+    assert _raw_login(gateway, good) == (0, None)
+    master = json.loads(urllib.request.urlopen(urllib.request.Request(  # another realm's token
+        keycloak.issuer.replace("/realms/kgw", "/realms/master") + "/protocol/openid-connect/token",
+        data=b"grant_type=password&client_id=admin-cli&username=admin&password=admin-secret"), timeout=30).read())
+    tampered = good[:-8] + ("A" * 8 if not good.endswith("A" * 8) else "B" * 8)
+    for token, reason in ((master["access_token"], "kid"), (_forged_none(good), "invalid token"),
+                          (tampered, "invalid token"),
+                          (keycloak.token("svc-other-audience", CLIENTS["svc-other-audience"]), "'aud'")):
+        code, message = _raw_login(gateway, token)
+        assert code == 58 and reason in message, (code, message)  # SASL_AUTHENTICATION_FAILED, saying why
+
+
+def test_a_keycloak_key_rotation_is_picked_up_without_a_restart(gateway, keycloak):
+    new_kid = keycloak.rotate_keys()
+    token = keycloak.token("svc-orders", CLIENTS["svc-orders"])
+    header = json.loads(base64.urlsafe_b64decode(token.split(".")[0] + "=="))
+    assert header["kid"] == new_kid  # signed with a key kgw has not fetched yet
+    assert _kafka_python_login(gateway, token) is None
+
+
+def test_keys_that_cannot_be_fetched_keep_the_listener_unready_and_say_why(start_gateway):
+    nowhere = f"http://127.0.0.1:{free_port()}/realms/kgw"
+    gw = start_gateway({"listeners": [_listener({"issuer_url": nowhere})]}, name="kgw-oauth-nokeys")
+    assert "started, waiting for" in "\n".join(gw.process.stdout_lines)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(gw.admin_url + "/readyz", timeout=10)
+    body = refused.value.read().decode()
+    assert refused.value.code == 503 and "oauthbearer keys not ready (none from " in body and nowhere in body, body
+    code, message = _raw_login(gw, "x.y.z")  # a login is refused, saying why
+    assert code == 58 and "keys are not available" in message, message
