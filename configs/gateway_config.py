@@ -139,6 +139,11 @@ class ListenerSaslConfig:
     """Mechanisms offered to clients, in order of preference; non-empty, no duplicates."""
     oauthbearer: OAuthBearerConfig | None = None
     """Token validation; required when OAUTHBEARER is offered."""
+    connections_max_reauth_ms: int = 0
+    """connections.max.reauth.ms (KIP-368): a login's session lasts at most this long (an
+    OAUTHBEARER one at most until its token expires); the client re-authenticates on the same
+    connection before then, or it is closed at its first request after.  0: sessions never
+    expire (Kafka's default)."""
 
 
 @_model

@@ -210,7 +210,8 @@ def _listener_sasl(ctx: _Ctx, r: _Reader) -> ListenerSaslConfig:
         r.error("oauthbearer", "required when OAUTHBEARER is among the mechanisms (where the provider's keys are)")
     elif oauthbearer is not None and mechanisms and SaslMechanism.OAUTHBEARER not in mechanisms:
         r.error("oauthbearer", "not allowed unless OAUTHBEARER is among the mechanisms")
-    return ListenerSaslConfig(mechanisms=mechanisms, oauthbearer=oauthbearer)
+    return ListenerSaslConfig(mechanisms=mechanisms, oauthbearer=oauthbearer,
+                              connections_max_reauth_ms=r("connections_max_reauth_ms", _int(0), 0))
 
 
 @_section(ListenerConfig)

@@ -37,6 +37,13 @@ class Mutation:
 
 
 MUTATIONS = (
+    Mutation("re-authentication: an expired SASL session goes on", "gateway/connection/core.py",
+             "                session.expired(time.monotonic())):", "                False):",
+             ("tests/unit/gateway/test_connection_core.py",)),
+    Mutation("re-authentication: another principal accepted", "gateway/auth/sasl.py",
+             "                if self.reauthenticating and principal != self._principal:",
+             "                if False:",
+             ("tests/unit/gateway/test_sasl.py",)),
     Mutation("oauthbearer: the token's audience not checked", "gateway/auth/oauthbearer.py",
              "        if self.expected_audience:\n", "        if False:\n",
              ("tests/unit/gateway/test_oauthbearer.py",)),

@@ -57,8 +57,15 @@ Error responses (codes from ``kio.schema.errors.ErrorCode``):
 * a failed exchange: SASL_AUTHENTICATION_FAILED (58) with a message, then
   close.  The message never says whether the user exists.
 
-``session_lifetime_ms`` is always 0: kgw does not ask clients to
-re-authenticate (KIP-368).
+**Re-authentication** (KIP-368, ``sasl.connections_max_reauth_ms`` > 0): a successful
+SaslAuthenticate tells the client its session lifetime, the setting or, for OAUTHBEARER, the
+time until the token expires if sooner.  Before then the client sends SaslHandshake and
+SaslAuthenticate again on the same connection, with the same mechanism; other requests go on
+meanwhile with the session's principal (until the session expires).  A re-authentication that
+establishes another principal fails and the connection is closed (Kafka: principals cannot
+change).  The first request other than those after the session expired closes the connection
+(``expired``, checked by the connection core).  With the setting 0 the lifetime is 0 and a
+session never expires, as on a Kafka broker with re-authentication off.
 
 Secrets (passwords, proofs, keys) are never logged nor put in messages;
 failure reasons kept for the log (``failure_reason``) name the user at most.
@@ -77,6 +84,7 @@ import enum
 import logging
 import os
 from collections.abc import Callable, Mapping
+import time
 from datetime import timedelta
 from typing import Any
 from kio.schema.errors import ErrorCode
@@ -235,6 +243,13 @@ class SaslSession:
         self._nonce_factory = nonce_factory
         self._verified = verified
         self._oauthbearer = oauthbearer
+        #: connections.max.reauth.ms of the listener (0: sessions never expire)
+        self.max_reauth_ms: int = int(getattr(sasl, "connections_max_reauth_ms", 0) or 0)
+        #: time.monotonic() after which the session has expired (None: it never does)
+        self.expires_at: float | None = None
+        #: a re-authentication is under way (the previous principal must come out again)
+        self.reauthenticating = False
+        self._lifetime_ms = 0
         self.state = SaslState.INITIAL
         self.mechanism: str | None = None
         self.failure_reason: str | None = None
@@ -247,7 +262,9 @@ class SaslSession:
 
     @property
     def authenticated(self) -> bool:
-        return self.state is SaslState.COMPLETE
+        """Logged in; also while a re-authentication is under way (requests go on with the
+        session's principal until it completes or the session expires)."""
+        return self.state is SaslState.COMPLETE or (self.reauthenticating and self.state is SaslState.AUTHENTICATE)
 
     @property
     def principal(self) -> KafkaPrincipal | None:
@@ -321,7 +338,21 @@ class SaslSession:
 
     # -- SaslHandshake --------------------------------------------------------------
 
+    def expired(self, now: float) -> bool:
+        """Whether the session's lifetime is over (KIP-368: the connection must be closed at
+        the first request other than SaslHandshake/SaslAuthenticate)."""
+        return self.expires_at is not None and now >= self.expires_at
+
     def _handshake(self, version: int, mechanism: str) -> tuple[Any, bool]:
+        if self.state is SaslState.COMPLETE and self.max_reauth_ms > 0 and version >= 1:
+            if mechanism != self.mechanism:  # Kafka: the same mechanism, or the connection goes
+                self._set_failed(f"re-authentication with {mechanism[:64]!r} instead of {self.mechanism}")
+                return self._handshake_response(version, ErrorCode.unsupported_sasl_mechanism,
+                                                self.enabled_mechanisms), True
+            self.reauthenticating = True
+            self._server = self._new_server(mechanism)
+            self.state = SaslState.AUTHENTICATE
+            return self._handshake_response(version, ErrorCode.none, self.enabled_mechanisms), False
         if self.state is SaslState.COMPLETE:
             return self._handshake_response(version, ErrorCode.illegal_sasl_state, ()), False
         if self.state not in (SaslState.INITIAL, SaslState.HANDSHAKE):
@@ -362,14 +393,31 @@ class SaslSession:
             reply = self._evaluate(token)
         except SaslFailure as exc:
             return self._authenticate_response(version, ErrorCode.sasl_authentication_failed, exc.client_message), True
-        return self._authenticate_response(version, ErrorCode.none, None, reply), False
+        lifetime_ms = self._lifetime_ms if self.state is SaslState.COMPLETE else 0
+        return self._authenticate_response(version, ErrorCode.none, None, reply, lifetime_ms), False
 
     @staticmethod
-    def _authenticate_response(version: int, code: ErrorCode, message: str | None, auth_bytes: bytes = b"") -> Any:
+    def _authenticate_response(version: int, code: ErrorCode, message: str | None, auth_bytes: bytes = b"",
+                               lifetime_ms: int = 0) -> Any:
         cls = response_class(SASL_AUTHENTICATE, version)
         if version >= 1:
-            return cls(error_code=code, error_message=message, auth_bytes=auth_bytes, session_lifetime=_NO_LIFETIME)
+            lifetime = i64Timedelta.parse(timedelta(milliseconds=lifetime_ms)) if lifetime_ms else _NO_LIFETIME
+            return cls(error_code=code, error_message=message, auth_bytes=auth_bytes, session_lifetime=lifetime)
         return cls(error_code=code, error_message=message, auth_bytes=auth_bytes)
+
+    def _start_session(self, server: Any) -> None:
+        """The session's lifetime (KIP-368): ``connections_max_reauth_ms``, or until the
+        OAUTHBEARER token expires if sooner; 0 and no expiry when re-authentication is off."""
+        self._lifetime_ms = 0
+        self.expires_at = None
+        if self.max_reauth_ms <= 0:
+            return
+        lifetime_ms = self.max_reauth_ms
+        token = getattr(server, "token", None)
+        if token is not None:
+            lifetime_ms = min(lifetime_ms, int((token.expires_at - time.time()) * 1000))
+        self._lifetime_ms = max(lifetime_ms, 1)
+        self.expires_at = time.monotonic() + self._lifetime_ms / 1000
 
     # -- shared ---------------------------------------------------------------------
 
@@ -380,7 +428,13 @@ class SaslSession:
         try:
             reply = server.evaluate(token)
             if server.complete:
-                self._principal = self._build_principal(server)
+                principal = self._build_principal(server)
+                if self.reauthenticating and principal != self._principal:
+                    raise SaslFailure("Authentication failed: re-authentication must keep the principal",
+                                      f"re-authentication as {principal} on a connection of {self._principal}")
+                self._principal = principal
+                self.reauthenticating = False
+                self._start_session(server)
                 self.state = SaslState.COMPLETE
                 if self._failures is not None:
                     self._failures.forget(self._base.client_address)

@@ -48,10 +48,13 @@ async def login(conn, session, header: RequestHeader, spec: ApiSpec, body: memor
     if close:
         await _failed_authentication_delay(conn)
     await conn._answer_locally(header, spec, encode(response))
-    if session is not None and session.authenticated and conn.principal is ANONYMOUS:
-        conn.principal = session.principal
-        conn._authenticated_now()
-        log.info("authenticated as %s with %s", conn.principal, session.mechanism, extra=conn.log_fields(header))
+    if session is not None and session.authenticated and conn.principal is not session.principal:
+        first = conn.principal is ANONYMOUS
+        conn.principal = session.principal  # a re-authentication may bring other groups
+        if first:
+            conn._authenticated_now()
+        log.info("%s as %s with %s", "authenticated" if first else "re-authenticated", conn.principal,
+                 session.mechanism, extra=conn.log_fields(header))
     if close:
         raise CloseConnection(f"SASL authentication failed: {session.failure_reason}", "authentication",
                               answered=True)

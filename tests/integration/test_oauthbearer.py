@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -22,24 +23,25 @@ from kafka.net.sasl.oauth import AbstractTokenProvider
 from tests.support.kafka_data import authentication_error, confluent_errors
 from tests.support.ports import HOST, free_port, free_port_base
 from tests.support.raw_kafka import RawConnection
+from protocol.codecs import make, request_class
 
 pytestmark = [pytest.mark.integration, pytest.mark.keycloak]
 
 CLIENTS = {"svc-orders": "svc-orders-secret", "svc-reports": "svc-reports-secret",
-           "svc-other-audience": "svc-other-secret"}
+           "svc-other-audience": "svc-other-secret", "svc-short": "svc-short-secret"}  # svc-short: 5 s tokens
 
 
-def _listener(oauthbearer: dict) -> dict:
+def _listener(oauthbearer: dict, reauth_ms: int = 0) -> dict:
     return {"name": "OAUTH", "security_protocol": "SASL_PLAINTEXT", "host": HOST, "port": free_port(),
             "advertised_host": HOST, "broker_port_base": free_port_base(),
-            "sasl": {"mechanisms": ["OAUTHBEARER"], "oauthbearer": oauthbearer}}
+            "sasl": {"mechanisms": ["OAUTHBEARER"], "oauthbearer": oauthbearer, "connections_max_reauth_ms": reauth_ms}}
 
 
 @pytest.fixture
 def gateway(start_gateway, keycloak):
     gw = start_gateway({
         "listeners": [_listener({"issuer_url": keycloak.issuer, "expected_audience": ["kgw"],
-                                 "sub_claim_name": "azp", "groups_claim": "groups"})],
+                                 "sub_claim_name": "azp", "groups_claim": "groups"}, reauth_ms=3_600_000)],
         "authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer",
                        "config": {"super.users": "User:svc-orders"}},
     }, name=f"kgw-oauth-{uuid.uuid4().hex[:6]}")
@@ -167,3 +169,30 @@ def test_keys_that_cannot_be_fetched_keep_the_listener_unready_and_say_why(start
     assert refused.value.code == 503 and "oauthbearer keys not ready (none from " in body and nowhere in body, body
     code, message = _raw_login(gw, "x.y.z")  # a login is refused, saying why
     assert code == 58 and "keys are not available" in message, message
+
+
+def test_a_session_lasts_until_the_token_expires_and_a_client_renewing_it_keeps_producing(gateway, keycloak):
+    """KIP-368 with tokens: the session lifetime is the token's remaining life (sooner than
+    connections_max_reauth_ms); librdkafka fetches a new token and re-authenticates on the same
+    connections, so a producer running across several token lifetimes never fails."""
+    token = keycloak.token("svc-short", CLIENTS["svc-short"])
+    with RawConnection(gateway.bootstrap) as conn:
+        assert conn.call(17, 1, make(request_class(17, 1), mechanism="OAUTHBEARER")).error_code == 0
+        auth = conn.call(36, 2, make(request_class(36, 2), auth_bytes=f"n,,\x01auth=Bearer {token}\x01\x01".encode()))
+        assert auth.error_code == 0 and 0 < auth.session_lifetime.total_seconds() <= 5
+    admin = AdminClient(_conf(gateway, keycloak, "svc-orders"))
+    topic = f"oauth-renew-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    for f in admin.create_acls([_acl(topic, "User:svc-short")]).values():
+        f.result(30)
+    producer = Producer({**_conf(gateway, keycloak, "svc-short"), "message.timeout.ms": 15000})
+    failures: list = []
+    until = time.monotonic() + 14  # about three token lifetimes
+    while time.monotonic() < until:  # a steady producer (pacing, not synchronisation)
+        producer.produce(topic, b"r", on_delivery=lambda err, _m: failures.append(err) if err else None)
+        producer.flush(15)
+        time.sleep(0.2)
+    assert not failures, failures
+    log = gateway.process.stderr_path.read_text()
+    assert "re-authenticated as User:svc-short with OAUTHBEARER" in log
+    assert "did not re-authenticate" not in log

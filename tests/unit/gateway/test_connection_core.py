@@ -174,3 +174,23 @@ def test_responses_complete_in_order_and_a_wrong_correlation_id_closes():
     with pytest.raises(CloseConnection, match="correlation id 7, expected 2"):
         core.complete_responses(decoder)
     assert core.pending[0].data is not None and core.pending[1].data is None
+
+
+def test_a_request_after_the_sasl_session_expired_closes_the_connection():
+    """KIP-368: the first request other than SaslHandshake/SaslAuthenticate after the session's
+    lifetime closes the connection; before it, the request is served."""
+    gw = _gateway()
+    _learn_versions(gw)
+    core = _core(gw)
+    session = SimpleNamespace(expires_at=None, max_reauth_ms=1500, principal="User:alice", authenticated=True,
+                              expects_raw_token=False)
+    session.expired = lambda now: session.expires_at is not None and now >= session.expires_at
+    core.auth = SimpleNamespace(session=session, principal=None)
+    import time
+
+    session.expires_at = time.monotonic() + 3600
+    out: list = []
+    assert core.dispatch(_produce("orders", 1), out) is False and len(out) == 1
+    session.expires_at = time.monotonic() - 0.001
+    with pytest.raises(CloseConnection, match="did not re-authenticate"):
+        core.dispatch(_produce("orders", 2), out)

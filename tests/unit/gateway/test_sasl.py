@@ -6,6 +6,7 @@ checked against RFC 7677's published SCRAM-SHA-256 exchange first.
 
 from __future__ import annotations
 
+import dataclasses
 import base64
 import hashlib
 import hmac
@@ -512,3 +513,54 @@ def test_auth_failure_tracker_is_bounded_and_warns(caplog) -> None:
     assert counts == [2, 3, 4, 5, 6, 7, 8]
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warned == [f"repeated authentication failures from d: {n}" for n in (2, 4, 8)]
+
+
+# --------------------------------------------------------------------------- KIP-368 re-authentication
+
+
+def reauth_session(max_reauth_ms: int = 60_000, mechanisms=("PLAIN", "SCRAM-SHA-256")) -> SaslSession:
+    config = listener(mechanisms)
+    config = dataclasses.replace(config, sasl=dataclasses.replace(config.sasl, connections_max_reauth_ms=max_reauth_ms))
+    return SaslSession(config, USERS, DefaultKafkaPrincipalBuilder(), BASE)
+
+
+def plain_login(s: SaslSession, user: str, password: str):
+    handshake, close = s.handle(17, 1, req(17, 1, mechanism="PLAIN"))
+    assert handshake.error_code == ErrorCode.none and not close, handshake
+    return s.handle(36, 2, req(36, 2, auth_bytes=f"\x00{user}\x00{password}".encode()))
+
+
+def test_reauthentication_gives_a_lifetime_and_renews_it_with_the_same_principal() -> None:
+    s = reauth_session()
+    response, close = plain_login(s, "bob", "bob-secret")
+    response = roundtrip(response, 36, 2)
+    assert response.error_code == ErrorCode.none and not close
+    assert response.session_lifetime.total_seconds() == 60  # connections_max_reauth_ms
+    first_expiry = s.expires_at
+    assert first_expiry is not None and not s.expired(first_expiry - 1) and s.expired(first_expiry)
+    handshake, close = s.handle(17, 1, req(17, 1, mechanism="PLAIN"))  # a KIP-368 client, before expiry
+    assert handshake.error_code == ErrorCode.none and not close
+    assert s.authenticated  # requests go on meanwhile, as the same principal
+    response, close = s.handle(36, 2, req(36, 2, auth_bytes=b"\x00bob\x00bob-secret"))
+    assert response.error_code == ErrorCode.none and not close and s.expires_at >= first_expiry
+    assert s.principal == KafkaPrincipal("User", "bob") and not s.reauthenticating
+
+
+def test_reauthentication_as_another_principal_or_mechanism_fails() -> None:
+    s = reauth_session()
+    plain_login(s, "bob", "bob-secret")
+    response, close = plain_login(s, "carol", "carol-secret")
+    assert response.error_code == ErrorCode.sasl_authentication_failed and close
+    assert "re-authentication must keep the principal" in response.error_message
+    s = reauth_session()
+    plain_login(s, "bob", "bob-secret")
+    response, close = s.handle(17, 1, req(17, 1, mechanism="SCRAM-SHA-256"))
+    assert response.error_code == ErrorCode.unsupported_sasl_mechanism and close
+
+
+def test_without_reauthentication_a_session_never_expires() -> None:
+    s = reauth_session(max_reauth_ms=0)
+    response, _ = plain_login(s, "bob", "bob-secret")
+    assert roundtrip(response, 36, 2).session_lifetime.total_seconds() == 0 and s.expires_at is None
+    response, close = s.handle(17, 1, req(17, 1, mechanism="PLAIN"))  # as Kafka with re-authentication off
+    assert response.error_code == ErrorCode.illegal_sasl_state and not close
