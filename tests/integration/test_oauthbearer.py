@@ -196,3 +196,36 @@ def test_a_session_lasts_until_the_token_expires_and_a_client_renewing_it_keeps_
     log = gateway.process.stderr_path.read_text()
     assert "re-authenticated as User:svc-short with OAUTHBEARER" in log
     assert "did not re-authenticate" not in log
+
+
+@pytest.mark.java
+def test_the_java_client_logs_in_with_kafkas_own_oauth_login_handler(gateway, keycloak, tmp_path):
+    """Kafka's Java client (4.x) with OAuthBearerLoginCallbackHandler (KIP-768 client
+    credentials against Keycloak) runs the whole KgwClientCheck program through kgw."""
+    import os
+    from pathlib import Path
+
+    from tests.support.java import compile_java, java_tools
+    from tests.support.kafka import kafka_libs
+    from tests.support.processes import run_tool
+
+    classpath = sorted(kafka_libs().glob("*.jar"))
+    classes = compile_java([Path(__file__).parent / "java" / "KgwClientCheck.java"], tmp_path / "classes", classpath)
+    settings = tmp_path / "oauth.properties"
+    settings.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=OAUTHBEARER\n"
+        f"sasl.oauthbearer.token.endpoint.url={keycloak.token_endpoint}\n"
+        "sasl.login.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+        f'clientId="svc-orders" clientSecret="{CLIENTS["svc-orders"]}";\n')
+    topic = f"oauth-java-{uuid.uuid4().hex[:8]}"
+    _javac, java = java_tools()  # type: ignore[misc]
+    done = run_tool([java, "-Xss1m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                     f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={keycloak.token_endpoint}",
+                     "-cp", os.pathsep.join([str(classes), *map(str, classpath)]), "KgwClientCheck",
+                     gateway.bootstrap, topic, f"{topic}-group", "2", "20", str(settings)], timeout=170, check=False)
+    stdout = done.stdout.decode("utf-8", "replace")
+    events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0 and events and events[-1]["event"] == "done", (
+        stdout[-4000:] + done.stderr.decode("utf-8", "replace")[-4000:])
+    assert "authenticated as User:svc-orders with OAUTHBEARER" in gateway.process.stderr_path.read_text()

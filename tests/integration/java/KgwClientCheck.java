@@ -47,7 +47,13 @@ public final class KgwClientCheck {
 
     public static void main(String[] args) {
         try {
-            run(args[0], args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
+            Properties extra = new Properties();
+            if (args.length > 5) {  // client settings (e.g. SASL) from a properties file
+                try (java.io.FileInputStream in = new java.io.FileInputStream(args[5])) {
+                    extra.load(in);
+                }
+            }
+            run(args[0], args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]), extra);
             emit("done", new TreeMap<>());
             System.exit(0);
         } catch (Throwable t) {
@@ -64,9 +70,10 @@ public final class KgwClientCheck {
         }
     }
 
-    static void run(String bootstrap, String topic, String group, int partitions, int perPartition)
-            throws Exception {
+    static void run(String bootstrap, String topic, String group, int partitions, int perPartition,
+                    Properties extra) throws Exception {
         Properties common = new Properties();
+        common.putAll(extra);
         common.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         common.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
         common.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "30000");
