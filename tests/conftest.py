@@ -109,6 +109,17 @@ def start_gateway(
             gw.stop()
 
 
+# -- the Java client (marked tests only: `java`) -------------------------------------------
+
+@pytest.fixture(scope="session")
+def java4_check(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """KgwClientCheck on the kafka-clients of the resolved Apache Kafka (4.x), compiled once."""
+    from tests.support.java import client_check_command
+    from tests.support.kafka import kafka_libs
+
+    return client_check_command(tmp_path_factory.mktemp("java4-classes"), sorted(kafka_libs().glob("*.jar")))
+
+
 # -- Keycloak (marked tests only: `keycloak`) ----------------------------------------------
 
 _KEYCLOAK: dict[str, Any] = {}

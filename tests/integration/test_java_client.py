@@ -9,14 +9,12 @@ and its JSON-lines output is asserted on here."""
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.support.java import compile_java, java_tools, kafka_classpath
-from tests.support.kafka import kafka_libs
+from tests.support.java import client_check_command, java_tools, kafka_classpath
 from tests.support.kafka_data import (
     PARTITIONS,
     PER_PARTITION,
@@ -37,26 +35,12 @@ pytestmark = [
 JAVA_DIR = Path(__file__).parent / "java"
 
 
-def _java_check(tmp_path_factory: pytest.TempPathFactory, cp: list[Path]) -> list[str]:
-    """The ``java`` command line (classpath included) for KgwClientCheck built against ``cp``."""
-    out = compile_java([JAVA_DIR / "KgwClientCheck.java"],
-                       tmp_path_factory.mktemp("java-classes"), cp)
-    javac, java = java_tools()  # type: ignore[misc]
-    return [java, "-Xss1m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-            "-cp", os.pathsep.join([str(out), *map(str, cp)]), "KgwClientCheck"]
 
 
 @pytest.fixture(scope="session")
 def java_check(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """KgwClientCheck on kafka-clients 3.x."""
-    return _java_check(tmp_path_factory, kafka_classpath())
-
-
-@pytest.fixture(scope="session")
-def java4_check(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """KgwClientCheck on the kafka-clients of the resolved Apache Kafka (4.x)."""
-    libs = kafka_libs()
-    return _java_check(tmp_path_factory, sorted(libs.glob("*.jar")))
+    return client_check_command(tmp_path_factory.mktemp("java-classes"), kafka_classpath())
 
 
 def _nodes(objs) -> list[tuple[int, str, int]]:

@@ -204,6 +204,7 @@ def test_every_security_change_is_logged_and_audited_with_who_made_it(tools):
     tools.run(ACLS, "--remove", "--force", "--allow-principal", f"User:{uid}", "--operation", "Read", "--topic", topic)
     tools.run(CONFIGS, "--alter", "--entity-type", "users", "--entity-name", uid,
               "--add-config", "SCRAM-SHA-256=[iterations=4096,password=very-secret-pw]")
+    # (ConfigCommand refuses a SCRAM credential and a quota in one call)
     tools.run(CONFIGS, "--alter", "--entity-type", "users", "--entity-name", uid, "--add-config", "producer_byte_rate=1048576")
     tools.run(CONFIGS, "--alter", "--entity-type", "topics", "--entity-name", topic, "--add-config", "retention.ms=7200000")
     tools.run(CONFIGS, "--alter", "--entity-type", "brokers", "--entity-default",

@@ -19,7 +19,7 @@ from tests.support.raw_kafka import RawConnection
 
 pytestmark = pytest.mark.integration
 
-LIFETIME_MS = 1500
+LIFETIME_MS = 1000
 
 
 @pytest.fixture(params=[True, False], ids=["data-plane", "trio"])
@@ -46,13 +46,13 @@ def test_a_client_that_reauthenticates_keeps_its_connection_and_keeps_producing(
     producer = Producer(_conf(gateway))
     failures: list = []
     delivered = 0
-    until = time.monotonic() + 4 * LIFETIME_MS / 1000  # several session lifetimes
+    until = time.monotonic() + 3.5 * LIFETIME_MS / 1000  # several session lifetimes
     while time.monotonic() < until:  # a steady producer (pacing, not synchronisation)
         producer.produce(topic, b"r", on_delivery=lambda err, _m: failures.append(err) if err else None)
         producer.flush(10)
         delivered += 1
         time.sleep(0.1)
-    assert not failures and delivered > 10, failures
+    assert not failures and delivered > 5, failures
     log = gateway.process.stderr_path.read_text()
     assert log.count("re-authenticated as User:alice with PLAIN") >= 2, log[-3000:]
     assert "did not re-authenticate" not in log

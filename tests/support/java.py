@@ -31,6 +31,16 @@ def kafka_classpath() -> list[Path]:
     return sorted(libs.glob("*.jar"))
 
 
+def client_check_command(out_dir: Path, classpath: list[Path]) -> list[str]:
+    """The ``java`` command line (classpath included) of tests/integration/java/KgwClientCheck.java
+    compiled into ``out_dir`` against ``classpath``; its arguments follow."""
+    classes = compile_java([REPO / "tests" / "integration" / "java" / "KgwClientCheck.java"], out_dir, classpath)
+    tools = java_tools()
+    assert tools is not None, "javac/java not found on PATH"
+    return [tools[1], "-Xss1m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-cp", os.pathsep.join([str(classes), *map(str, classpath)]), "KgwClientCheck"]
+
+
 def java_tools() -> tuple[str, str] | None:
     javac, java = shutil.which("javac"), shutil.which("java")
     return (javac, java) if javac and java else None

@@ -123,7 +123,9 @@ def launch_keycloak(work: Path) -> Keycloak:
     work.mkdir(parents=True, exist_ok=True)
     port, management = free_port(), free_port()
     env = {**os.environ, "JAVA_HOME": str(java_home()), "KC_BOOTSTRAP_ADMIN_USERNAME": ADMIN[0],
-           "KC_BOOTSTRAP_ADMIN_PASSWORD": ADMIN[1]}
+           "KC_BOOTSTRAP_ADMIN_PASSWORD": ADMIN[1],
+           # the suite runs beside it on two cores: the quick JIT tier only
+           "JAVA_OPTS_APPEND": "-XX:TieredStopAtLevel=1"}
     argv = [str(home / "bin" / "kc.sh"), "start-dev", f"--http-port={port}", "--http-host=127.0.0.1",
             f"--http-management-port={management}", "--db=dev-mem", "--cache=local"]
     return Keycloak(ManagedProcess("keycloak", argv, log_dir=work, env=env).start(), port)
