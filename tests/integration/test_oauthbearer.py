@@ -20,6 +20,7 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, A
 from kafka import KafkaProducer
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
+from tests.support.cluster import base_gateway_config, deep_merge, launch_gateway
 from tests.support.kafka_data import authentication_error, confluent_errors
 from tests.support.ports import HOST, free_port, free_port_base
 from tests.support.raw_kafka import RawConnection
@@ -37,15 +38,21 @@ def _listener(oauthbearer: dict, reauth_ms: int = 0) -> dict:
             "sasl": {"mechanisms": ["OAUTHBEARER"], "oauthbearer": oauthbearer, "connections_max_reauth_ms": reauth_ms}}
 
 
-@pytest.fixture
-def gateway(start_gateway, keycloak):
-    gw = start_gateway({
+@pytest.fixture(scope="module")
+def gateway(_tansu_session, keycloak, tmp_path_factory):
+    """One gateway for the module (each test its own topics and ACLs)."""
+    work = tmp_path_factory.mktemp("kgw-oauth")
+    config = deep_merge(base_gateway_config(_tansu_session.bootstrap, work / "metadata"), {
         "listeners": [_listener({"issuer_url": keycloak.issuer, "expected_audience": ["kgw"],
                                  "sub_claim_name": "azp", "groups_claim": "groups"}, reauth_ms=3_600_000)],
         "authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer",
                        "config": {"super.users": "User:svc-orders"}},
-    }, name=f"kgw-oauth-{uuid.uuid4().hex[:6]}")
-    return gw
+    })
+    gw = launch_gateway("kgw-oauth", config, work)
+    try:
+        yield gw
+    finally:
+        gw.stop()
 
 
 def _conf(gw, keycloak, client: str) -> dict:
@@ -128,6 +135,14 @@ def _log_reasons(gw) -> str:
                      if "SASL authentication failed" in line)
 
 
+def test_a_keycloak_key_rotation_is_picked_up_without_a_restart(gateway, keycloak):
+    new_kid = keycloak.rotate_keys()
+    token = keycloak.token("svc-orders", CLIENTS["svc-orders"])
+    header = json.loads(base64.urlsafe_b64decode(token.split(".")[0] + "=="))
+    assert header["kid"] == new_kid  # signed with a key kgw has not fetched yet
+    assert _kafka_python_login(gateway, token) is None
+
+
 def _raw_login(gw, token: str) -> tuple[int, str | None]:
     with RawConnection(gw.bootstrap) as conn:
         return conn.sasl_oauthbearer(token)
@@ -149,14 +164,6 @@ def test_tokens_not_issued_for_kgw_are_refused_with_their_reason(gateway, keyclo
                           (keycloak.token("svc-other-audience", CLIENTS["svc-other-audience"]), "'aud'")):
         code, message = _raw_login(gateway, token)
         assert code == 58 and reason in message, (code, message)  # SASL_AUTHENTICATION_FAILED, saying why
-
-
-def test_a_keycloak_key_rotation_is_picked_up_without_a_restart(gateway, keycloak):
-    new_kid = keycloak.rotate_keys()
-    token = keycloak.token("svc-orders", CLIENTS["svc-orders"])
-    header = json.loads(base64.urlsafe_b64decode(token.split(".")[0] + "=="))
-    assert header["kid"] == new_kid  # signed with a key kgw has not fetched yet
-    assert _kafka_python_login(gateway, token) is None
 
 
 def test_keys_that_cannot_be_fetched_keep_the_listener_unready_and_say_why(start_gateway):
