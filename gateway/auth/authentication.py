@@ -36,7 +36,7 @@ from authz.principal_builder import (
     SslAuthenticationContext,
     load_principal_builder,
 )
-from gateway.auth.oauthbearer import JwksSource, OAuthBearerValidator
+from gateway.auth.oauthbearer import OAuthBearerValidator
 from gateway.auth.failures import AuthenticationFailed, AuthFailureTracker
 from gateway.auth.sasl import SaslSession
 from metadata.scram_credentials import MetadataCredentialStore
@@ -61,15 +61,6 @@ class ConnectionAuth:
     @property
     def authenticated(self) -> bool:
         return self.session is None or self.session.authenticated
-
-
-def _oauthbearer_validator(cfg: Any) -> OAuthBearerValidator:
-    keys = JwksSource(jwks_endpoint_url=cfg.jwks_endpoint_url, issuer_url=cfg.issuer_url, jwks_file=cfg.jwks_file,
-                      refresh_s=cfg.jwks_refresh_ms / 1000)
-    return OAuthBearerValidator(keys, expected_audience=tuple(cfg.expected_audience),
-                                expected_issuer=cfg.expected_issuer, scope_claim_name=cfg.scope_claim_name,
-                                sub_claim_name=cfg.sub_claim_name, groups_claim=cfg.groups_claim,
-                                clock_skew_s=cfg.clock_skew_seconds)
 
 
 class ListenerSecurity:
@@ -98,7 +89,7 @@ class ListenerSecurity:
         #: PLAIN passwords verified recently, shared by the gateway's listeners
         self._verified = gateway.password_hashing.verified
         #: OAUTHBEARER token validation (its keys fetched by the gateway's background task)
-        self.oauthbearer = _oauthbearer_validator(cfg.sasl.oauthbearer) if (
+        self.oauthbearer = OAuthBearerValidator.from_config(cfg.sasl.oauthbearer) if (
             self.uses_sasl and cfg.sasl is not None and cfg.sasl.oauthbearer is not None) else None
 
     def reload_tls(self, only_if_changed: bool = False) -> bool:

@@ -106,6 +106,12 @@ class JwksSource:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _last_unknown_kid_fetch: float = 0.0
 
+    @classmethod
+    def from_config(cls, cfg: Any, timeout_s: float = 10.0) -> "JwksSource":
+        """The key source a listener's ``sasl.oauthbearer`` section names."""
+        return cls(jwks_endpoint_url=cfg.jwks_endpoint_url, issuer_url=cfg.issuer_url, jwks_file=cfg.jwks_file,
+                   refresh_s=cfg.jwks_refresh_ms / 1000, timeout_s=timeout_s)
+
     @property
     def ready(self) -> bool:
         return self.keys is not None
@@ -174,6 +180,14 @@ class OAuthBearerValidator:
     groups_claim: str | None = None
     clock_skew_s: int = 30
     now: Any = time.time
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "OAuthBearerValidator":
+        """The validator of a listener's ``sasl.oauthbearer`` section (configs.gateway_config)."""
+        return cls(JwksSource.from_config(cfg), expected_audience=tuple(cfg.expected_audience),
+                   expected_issuer=cfg.expected_issuer, scope_claim_name=cfg.scope_claim_name,
+                   sub_claim_name=cfg.sub_claim_name, groups_claim=cfg.groups_claim,
+                   clock_skew_s=cfg.clock_skew_seconds)
 
     def validate(self, token: str) -> ValidatedToken:
         keys = self.keys.keys

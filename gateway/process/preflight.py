@@ -131,10 +131,7 @@ def _oauthbearer_keys(lc: Any) -> Any:
     from gateway.auth.oauthbearer import JwksSource
 
     cfg = lc.sasl.oauthbearer if lc.sasl is not None else None
-    if cfg is None:
-        return None
-    return JwksSource(jwks_endpoint_url=cfg.jwks_endpoint_url, issuer_url=cfg.issuer_url, jwks_file=cfg.jwks_file,
-                      timeout_s=5.0)
+    return None if cfg is None else JwksSource.from_config(cfg, timeout_s=5.0)
 
 
 def warnings(config: Any) -> list[str]:
