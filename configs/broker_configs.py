@@ -200,6 +200,22 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
                   source_path="upstream.sasl.username"), _get(up.sasl, "username"))
     add(ConfigDef("upstream.sasl.password", ConfigType.PASSWORD, "Password of upstream.sasl.username.",
                   sensitive=True, source_path="upstream.sasl.password"), _get(up.sasl, "password"))
+    oauth = _get(up.sasl, "oauthbearer")
+    for key, attr, typ, default, doc, sensitive in (
+        ("token.endpoint.url", "token_endpoint_url", ConfigType.STRING, None,
+         "Token endpoint of kgw's OAUTHBEARER login upstream.", False),
+        ("issuer.url", "issuer_url", ConfigType.STRING, None,
+         "OpenID Connect issuer whose discovery names the token endpoint.", False),
+        ("client.credentials.client.id", "client_id", ConfigType.STRING, None,
+         "kgw's client id at the provider.", False),
+        ("client.credentials.client.secret", "client_secret", ConfigType.PASSWORD, None,
+         "kgw's client secret at the provider.", True),
+        ("scope", "scope", ConfigType.STRING, None, "Scope kgw asks for.", False),
+        ("refresh.window.factor", "refresh_window_factor", ConfigType.DOUBLE, "0.8",
+         "Share of a token's lifetime after which kgw fetches a new one.", False),
+    ):
+        add(ConfigDef("upstream.sasl.oauthbearer." + key, typ, doc, default, sensitive=sensitive,
+                      source_path=f"upstream.sasl.oauthbearer.{attr}"), _get(oauth, attr))
     add(ConfigDef("upstream.connect.timeout.ms", ConfigType.INT, "Timeout for opening an upstream connection.",
                   "10000", source_path="upstream.connect_timeout_ms"), up.connect_timeout_ms)
     add(ConfigDef("upstream.request.timeout.ms", ConfigType.INT, "Timeout for one upstream request.", "30000",

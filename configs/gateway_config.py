@@ -209,15 +209,37 @@ class UpstreamTlsConfig:
 
 
 @_model
+class UpstreamOAuthConfig:
+    """kgw's own OAUTHBEARER login upstream: an access token from the provider's token endpoint
+    with the client-credentials grant (Kafka's KIP-768 client settings, ``sasl.oauthbearer.*``);
+    exactly one of token_endpoint_url and issuer_url."""
+
+    token_endpoint_url: str | None = None
+    """sasl.oauthbearer.token.endpoint.url."""
+    issuer_url: str | None = None
+    """OpenID Connect discovery: <issuer_url>/.well-known/openid-configuration names the token endpoint."""
+    client_id: str
+    """sasl.oauthbearer.client.credentials.client.id."""
+    client_secret: str = _secret()
+    """sasl.oauthbearer.client.credentials.client.secret (hidden from repr and to_dict)."""
+    scope: str | None = None
+    """sasl.oauthbearer.scope: the scope asked for, if the provider needs one."""
+    refresh_window_factor: float = 0.8
+    """sasl.login.refresh.window.factor: a token is replaced once this share of its lifetime has passed."""
+
+
+@_model
 class UpstreamSaslConfig:
     """The gateway's own SASL credentials towards the upstream cluster."""
 
     mechanism: SaslMechanism
-    """PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."""
-    username: str
-    """User name the gateway authenticates as."""
-    password: str = _secret()
+    """PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER."""
+    username: str | None = None
+    """User name the gateway authenticates as (PLAIN and SCRAM)."""
+    password: str | None = _secret(default=None)
     """Password of `username` (hidden from repr and to_dict)."""
+    oauthbearer: UpstreamOAuthConfig | None = None
+    """Where kgw gets its token (OAUTHBEARER)."""
 
 
 @_model
@@ -240,7 +262,8 @@ class UpstreamConfig:
     """Refresh cached upstream metadata at least this often."""
     principal: str | None = None
     """kgw's own principal as the brokers see it ("Type:Name"); None: ``User:<sasl.username>``
-    with SASL, unknown otherwise.  Delegation tokens created through kgw name it as a renewer, so
+    with PLAIN or SCRAM, unknown otherwise (with OAUTHBEARER: the broker's principal for kgw's
+    token, ``User:<sub claim>``).  Delegation tokens created through kgw name it as a renewer, so
     that kgw can renew and expire them for their owners (docs/security.md)."""
 
     @property
@@ -248,7 +271,7 @@ class UpstreamConfig:
         """``principal``, or the one SASL gives kgw, or None when kgw cannot tell."""
         if self.principal is not None:
             return self.principal
-        return f"User:{self.sasl.username}" if self.sasl is not None else None
+        return f"User:{self.sasl.username}" if self.sasl is not None and self.sasl.username else None
 
 
 @_model

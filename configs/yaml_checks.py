@@ -155,6 +155,15 @@ def _int(lo: int = 1, hi: int | None = None, what: str | None = None) -> Convert
     return conv
 
 
+def _fraction(lo: float, hi: float) -> Converter:
+    def conv(ctx: _Ctx, path: str, v: Any) -> float:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi:
+            return float(v)
+        raise _Invalid(f"must be a number {lo:g}-{hi:g}, got {_describe(v)}")
+
+    return conv
+
+
 def _str(pattern: str | None = None, what: str = "", *, upper: bool = False) -> Converter:
     def conv(ctx: _Ctx, path: str, v: Any) -> str:
         if not isinstance(v, str) or not v.strip():

@@ -42,8 +42,8 @@ from typing import Any
 import yaml
 from authz.credentials import PlainCredential, SaslMechanism, ScramCredential
 from configs.policies import PolicyLoadError, parse_rules
-from configs.gateway_config import AUDIT_LEVELS, AdminConfig, OAuthBearerConfig, AlterConfigsPolicyConfig, AuditConfig, AuthorizerConfig, ClientAuth, ConfigError, GatewayConfig, IoConfig, LOG_FORMATS, LOG_LEVELS, LimitsConfig, ListenerConfig, ListenerSaslConfig, ListenerTlsConfig, LoggingConfig, MetadataConfig, SecurityProtocol, UpstreamConfig, UpstreamSaslConfig, UpstreamTlsConfig, UsersConfig, WILDCARD_HOSTS
-from configs.yaml_checks import _str, _HTTP_URL, _BIND_PORT, _Ctx, _HOST, _IMPORT_PATH, _Invalid, _LISTENER_NAME, _Loader, _MECHANISM, _PORT, _POSITIVE, _PROTOCOL, _Reader, _SCRAM_ITERATIONS, _SCRAM_MECHANISM, _STR, _address, _base64, _bool, _choice, _config_map, _describe, _int, _join, _list, _path, _pbkdf2, _section, _sha256_hex, _yaml_error
+from configs.gateway_config import AUDIT_LEVELS, AdminConfig, OAuthBearerConfig, AlterConfigsPolicyConfig, AuditConfig, AuthorizerConfig, ClientAuth, ConfigError, GatewayConfig, IoConfig, LOG_FORMATS, LOG_LEVELS, LimitsConfig, ListenerConfig, ListenerSaslConfig, ListenerTlsConfig, LoggingConfig, MetadataConfig, SecurityProtocol, UpstreamConfig, UpstreamOAuthConfig, UpstreamSaslConfig, UpstreamTlsConfig, UsersConfig, WILDCARD_HOSTS
+from configs.yaml_checks import _fraction, _str, _HTTP_URL, _BIND_PORT, _Ctx, _HOST, _IMPORT_PATH, _Invalid, _LISTENER_NAME, _Loader, _MECHANISM, _PORT, _POSITIVE, _PROTOCOL, _Reader, _SCRAM_ITERATIONS, _SCRAM_MECHANISM, _STR, _address, _base64, _bool, _choice, _config_map, _describe, _int, _join, _list, _path, _pbkdf2, _section, _sha256_hex, _yaml_error
 
 __all__ = ["apply_overrides", "load_config", "parse_config"]
 
@@ -255,13 +255,35 @@ def _upstream_tls(ctx: _Ctx, r: _Reader) -> UpstreamTlsConfig:
     return tls
 
 
+@_section(UpstreamOAuthConfig)
+def _upstream_oauth(ctx: _Ctx, r: _Reader) -> UpstreamOAuthConfig:
+    config = UpstreamOAuthConfig(
+        token_endpoint_url=r("token_endpoint_url", _HTTP_URL, None),
+        issuer_url=r("issuer_url", _HTTP_URL, None),
+        client_id=r("client_id", _STR),
+        client_secret=r("client_secret", _STR),
+        scope=r("scope", _STR, None),
+        refresh_window_factor=r("refresh_window_factor", _fraction(0.5, 1.0), 0.8),
+    )
+    given = [k for k in ("token_endpoint_url", "issuer_url") if r.given(k)]
+    if len(given) != 1:
+        r.error("token_endpoint_url", "exactly one of token_endpoint_url and issuer_url is required"
+                + (f" (given: {', '.join(given)})" if given else ""))
+    return config
+
+
 @_section(UpstreamSaslConfig)
 def _upstream_sasl(ctx: _Ctx, r: _Reader) -> UpstreamSaslConfig:
-    return UpstreamSaslConfig(
-        # kgw's own login upstream: a password mechanism (OAUTHBEARER upstream is not built yet)
-        mechanism=r("mechanism", _choice(SaslMechanism.PLAIN, SaslMechanism.SCRAM_SHA_256, SaslMechanism.SCRAM_SHA_512)),
-        username=r("username", _STR), password=r("password", _STR)
-    )
+    mechanism = r("mechanism", _choice(SaslMechanism.PLAIN, SaslMechanism.SCRAM_SHA_256, SaslMechanism.SCRAM_SHA_512,
+                                       SaslMechanism.OAUTHBEARER))
+    if mechanism == SaslMechanism.OAUTHBEARER:
+        for key in ("username", "password"):
+            if r.given(key):
+                r.error(key, "not used with OAUTHBEARER (kgw logs in with upstream.sasl.oauthbearer's client)")
+        return UpstreamSaslConfig(mechanism=mechanism, oauthbearer=r("oauthbearer", _upstream_oauth))
+    if r.given("oauthbearer"):
+        r.error("oauthbearer", f"only with mechanism OAUTHBEARER, not {mechanism}")
+    return UpstreamSaslConfig(mechanism=mechanism, username=r("username", _STR), password=r("password", _STR))
 
 
 _PRINCIPAL = _str(r"[^:\s]+:.+", 'a principal "Type:Name"')

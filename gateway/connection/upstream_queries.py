@@ -36,6 +36,7 @@ import trio
 
 from gateway.connection.core import CloseConnection
 from gateway.upstream.cluster import UpstreamCluster, UpstreamUnavailable, open_upstream, roundtrip
+from gateway.upstream.security import session_ending
 from protocol.apis.api_versions import KIO_VERSIONS
 from protocol.apis.base import Decision, RefuseRequest
 from protocol.codecs import CodecError, make, nested, request_class
@@ -114,6 +115,8 @@ class UpstreamQueries:
         if target is None:
             target = self._targets[node_id] = _Target()
         async with target.slots:
+            while target.idle and session_ending(target.idle[-1]):  # kgw's SASL session ends (KIP-368)
+                await trio.aclose_forcefully(target.idle.pop())
             stream = target.idle.pop() if target.idle else await self._connect(node_id)
             try:
                 response = await roundtrip(stream, api_key, int(type(request).__version__), request,

@@ -9,11 +9,21 @@ no reference to the connection (a cycle would leave every closed connection to t
 collector).  When both sockets are plain TCP the data
 plane reads the upstream instead (:meth:`UpstreamSide.open` says so) and this side only
 completes the responses too large for it.
+
+KIP-368: when kgw's own SASL session on the connection has a lifetime (the broker's
+``connections.max.reauth.ms``, or the expiry of kgw's OAUTHBEARER token), the connection stays
+on Trio and logs in again before the session ends, as a Kafka client does: at the first send
+after 85-95% of the lifetime, it waits until every request already sent is answered (the
+client's further requests wait meanwhile), runs SaslHandshake/SaslAuthenticate on the same
+connection with the reader handing the broker's answers over, then sends on.  A failed
+re-authentication closes the client connection with the reason.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import random
 import time
 from typing import Any
 
@@ -22,11 +32,19 @@ import trio
 from gateway.connection.core import CloseConnection
 from gateway.connection.fast_io import FastStream, fast_stream, receive, trio_deadline
 from gateway.upstream.cluster import UpstreamUnavailable
-from protocol.framing import FrameDecoder
+from gateway.upstream.security import UpstreamSecurityError, UpstreamSession, reauthenticate, upstream_session
+from protocol.framing import NEED_DATA, FrameDecoder
 
 __all__ = ["UpstreamSide"]
 
 _MAX_RESPONSE = (1 << 31) - 1
+log = logging.getLogger("kgw.upstream")
+
+
+def _reauth_time(session: UpstreamSession) -> float:
+    """When to log in again: at 85-95% of the session (Kafka's clients pick the same window)."""
+    assert session.lifetime_s is not None
+    return session.started + session.lifetime_s * random.uniform(0.85, 0.95)
 
 
 class UpstreamSide:
@@ -37,6 +55,14 @@ class UpstreamSide:
         #: on the data plane, whose lane checks deadlines itself); the connection moves it
         #: when a new oldest request is sent
         self.scope: trio.CancelScope | None = None
+        #: kgw's SASL session on the connection when it has a lifetime, and when to renew it
+        #: (None: it does not expire; the send path checks this one attribute)
+        self.session: UpstreamSession | None = None
+        self.reauth_at: float | None = None
+        #: the newest request sent (with a session only): answered = nothing sent is in flight
+        self.last_sent: Any = None
+        self._drained: trio.Event | None = None
+        self._inbox: Any = None  # while re-authenticating: where the reader puts the answers
 
     async def open(self, conn: Any, nursery: trio.Nursery | None) -> bool:
         """Connect ``conn``'s broker; True when the data plane will read it (both sockets plain
@@ -45,9 +71,12 @@ class UpstreamSide:
             stream = await conn.gw.cluster.connect(conn.node_id)
         except UpstreamUnavailable as e:
             raise CloseConnection(str(e), "upstream") from None
+        session = upstream_session(stream)
+        if session is not None and session.lifetime_s is not None:
+            self.session, self.reauth_at = session, _reauth_time(session)
         conn._upstream = stream = fast_stream(stream)
         if (conn.gw.data_plane is not None and isinstance(stream, FastStream) and isinstance(conn.stream, FastStream)
-                and not conn.on_data_plane):
+                and not conn.on_data_plane and self.session is None):
             return True
         assert nursery is not None
         nursery.start_soon(self._read, conn, stream)
@@ -61,6 +90,39 @@ class UpstreamSide:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
             raise CloseConnection(f"upstream connection lost while sending: {e}", "upstream") from None
 
+    async def reauthenticate(self, conn: Any) -> None:
+        """Log in again on the connection (see the module doc); the caller sends nothing meanwhile."""
+        cluster = conn.gw.cluster
+        assert self.session is not None
+        if self.last_sent is not None and self.last_sent in conn.in_flight:
+            self._drained = trio.Event()
+            await self._drained.wait()
+        send, receive = trio.open_memory_channel(math.inf)
+        self._inbox = send
+        where = f"broker {conn.node_id}" if conn.node_id is not None else "bootstrap"
+        try:
+            self.session = await reauthenticate(conn._upstream, receive.receive, cluster.security, self.session,
+                                                where, cluster.connect_timeout_s)
+        except UpstreamSecurityError as e:
+            self._reauthentication_failed(conn, str(e))
+        finally:
+            self._inbox = None
+        cluster.reauthentications["ok"] += 1
+        lifetime = self.session.lifetime_s
+        self.reauth_at = None if lifetime is None else _reauth_time(self.session)
+        log.info("re-authenticated kgw's upstream session with %s on %s (session %s)", self.session.mechanism,
+                 where, "without expiry" if lifetime is None else f"{lifetime:g}s")
+
+    def _reauthentication_failed(self, conn: Any, reason: str) -> None:
+        self._inbox = None
+        conn.gw.cluster.reauthentications["failed"] += 1
+        log.warning("kgw's upstream re-authentication failed: %s", reason)
+        raise CloseConnection(f"upstream re-authentication failed: {reason}", "upstream")
+
+    def _hand_over(self, decoder: FrameDecoder) -> None:
+        while (frame := decoder.next_frame()) is not NEED_DATA:
+            self._inbox.send_nowait(bytes(frame))
+
     async def _read(self, conn: Any, stream: trio.SocketStream) -> None:
         """Pair upstream responses with requests in flight; one cancel scope carries the
         deadline of the oldest request and is replaced only when it fires."""
@@ -72,7 +134,12 @@ class UpstreamSide:
                 while True:
                     data = await receive(stream, decoder)
                     if not data:
+                        if self._inbox is not None:
+                            self._reauthentication_failed(conn, "the broker closed the connection")
                         raise CloseConnection("upstream closed the connection", "upstream")
+                    if self._inbox is not None:  # answers to kgw's re-authentication
+                        self._hand_over(decoder)
+                        continue
                     completed = conn.complete_responses(decoder)
                     while conn.heavy is not None:
                         await self.complete_heavy(conn)
@@ -80,6 +147,9 @@ class UpstreamSide:
                         completed = True
                     if completed:
                         scope.deadline = trio_deadline(in_flight[0].deadline) if in_flight else math.inf
+                        if self._drained is not None and self.last_sent not in in_flight:
+                            self._drained.set()
+                            self._drained = None
                         await conn._flush()
             self.scope = None
             if in_flight and time.monotonic() >= in_flight[0].deadline:

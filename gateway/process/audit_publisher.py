@@ -62,6 +62,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from authz.audit_events import audit_event
 from gateway.upstream.cluster import UpstreamCluster, UpstreamUnavailable, open_upstream, roundtrip
+from gateway.upstream.security import session_ending
 from protocol.apis.api_versions import KIO_VERSIONS
 from protocol.codecs import CodecError, make, nested, request_class
 
@@ -307,6 +308,10 @@ class AuditPublisher:
 
     async def _leader_stream(self, cluster: UpstreamCluster, node_id: int) -> trio.SocketStream:
         stream = self._conns.get(node_id)
+        if stream is not None and session_ending(stream):  # kgw's SASL session ends (KIP-368)
+            del self._conns[node_id]
+            await trio.aclose_forcefully(stream)
+            stream = None
         if stream is None:
             node = cluster.nodes.get(node_id)
             if node is None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 
+from gateway.upstream.oauth_token import token_endpoint
 from metadata.directory import DirectoryLogReader, DirectoryMetadataStore
 from metadata.directory_shared import SharedDirectoryStore
 from metadata.image import MetadataImage
@@ -35,9 +36,19 @@ def librdkafka_settings(upstream: Any) -> dict[str, Any]:
         "topic.metadata.refresh.interval.ms": upstream.metadata_max_age_ms,
         "reconnect.backoff.max.ms": 1000,
     }
-    if upstream.sasl is not None:
-        conf.update({"sasl.mechanism": str(upstream.sasl.mechanism), "sasl.username": upstream.sasl.username,
-                     "sasl.password": upstream.sasl.password})
+    sasl = upstream.sasl
+    if sasl is not None and sasl.oauthbearer is not None:
+        # librdkafka's own client-credentials login (KIP-768), refreshed and re-authenticated by it
+        oauth = sasl.oauthbearer
+        conf.update({"sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+                     "sasl.oauthbearer.client.id": oauth.client_id,
+                     "sasl.oauthbearer.client.secret": oauth.client_secret,
+                     "sasl.oauthbearer.token.endpoint.url": token_endpoint(oauth)})
+        if oauth.scope:
+            conf["sasl.oauthbearer.scope"] = oauth.scope
+    elif sasl is not None:
+        conf.update({"sasl.mechanism": str(sasl.mechanism), "sasl.username": sasl.username,
+                     "sasl.password": sasl.password})
     tls = upstream.tls
     if tls is not None:
         if tls.ca_file is not None:

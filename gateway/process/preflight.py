@@ -136,7 +136,8 @@ def _oauthbearer_keys(lc: Any) -> Any:
 
 def warnings(config: Any) -> list[str]:
     """What may keep a started gateway from being ready without stopping the start: an
-    OAUTHBEARER key URL that does not answer now (the gateway keeps trying; /readyz says why)."""
+    OAUTHBEARER key URL that does not answer now, an upstream token endpoint that gives kgw no
+    token now (the gateway keeps trying; /readyz says why)."""
     found = []
     for i, lc in enumerate(config.listeners):
         keys = _oauthbearer_keys(lc)
@@ -145,6 +146,15 @@ def warnings(config: Any) -> list[str]:
             if not keys.ready:
                 found.append(f"listeners[{i}].sasl.oauthbearer: no keys from {keys.where} now ({keys.error}); "
                              "the listener will not be ready until they can be fetched")
+    sasl = config.upstream.sasl
+    if sasl is not None and sasl.oauthbearer is not None:
+        from gateway.upstream.oauth_token import ClientCredentialsToken, TokenUnavailable
+
+        try:  # a token now, with the configured secret (not kept, not printed)
+            ClientCredentialsToken(sasl.oauthbearer, timeout_s=5.0)._fetch()
+        except TokenUnavailable as e:
+            found.append(f"upstream.sasl.oauthbearer: no token now ({e}); the upstream will not be ready "
+                         "until kgw gets one")
     return found
 
 

@@ -158,7 +158,7 @@ class Gateway:
         if self.draining:  # a load balancer stops sending the moment a drain begins
             return {**{name: False for name in self._ready}, "upstream": False, "broker_ports": False}
         exposed = all(not listener.unexposed for listener in self.listeners)
-        upstream: bool | str = self.cluster.reachable is not False
+        upstream: bool | str = self.cluster.reachable is not False or (self.cluster.last_error or False)
         if upstream and self.cluster.timing_out_since is not None:
             upstream = time.strftime("requests time out since %Y-%m-%dT%H:%M:%SZ", time.gmtime(
                 self.cluster.timing_out_since)) + f" ({self.cluster.request_timeouts} so far)"
@@ -361,3 +361,8 @@ class _HealthCounters:
         yield CounterMetricFamily("kgw_upstream_request_timeouts", "Forwarded requests the upstream did not answer "
                                   "within upstream.request_timeout_ms (their client connections were closed)",
                                   value=gateway.cluster.request_timeouts)
+        reauth = CounterMetricFamily("kgw_upstream_reauthentications", "KIP-368 re-authentications of kgw's own "
+                                     "SASL sessions on upstream connections, by result", labels=["result"])
+        for result, count in gateway.cluster.reauthentications.items():
+            reauth.add_metric([result], count)
+        yield reauth

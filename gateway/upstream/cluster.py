@@ -142,8 +142,13 @@ class UpstreamCluster:
         #: None until the first refresh; False from a failed refresh until the next success
         self.reachable: bool | None = None
         self.unreachable_since: float | None = None  # time.time() of the first failure in a row
+        #: why the last refresh failed (shown by /readyz); None while reachable
+        self.last_error: str | None = None
         #: client requests the upstream did not answer within their deadline (kgw_upstream_request_timeouts_total)
         self.request_timeouts = 0
+        #: KIP-368 re-authentications of kgw's own sessions on client connections, by result
+        #: (kgw_upstream_reauthentications_total)
+        self.reauthentications = {"ok": 0, "failed": 0}
         #: time.time() of the first timeout since answers last came in time; None while they do
         self.timing_out_since: float | None = None
         #: an episode ends with an answer this long (monotonic seconds) after its last timeout
@@ -263,6 +268,7 @@ class UpstreamCluster:
                 else:
                     log.debug("upstream cluster still unreachable: %s", e)
                 self.reachable = False
+                self.last_error = str(e) or type(e).__name__
                 delay = min(interval_s, 2.0)
             else:
                 if self.reachable is False:
@@ -270,6 +276,7 @@ class UpstreamCluster:
                                 time.time() - (self.unreachable_since or time.time()))
                 self.reachable = True
                 self.unreachable_since = None
+                self.last_error = None
                 delay = interval_s
             if not started:
                 started = True

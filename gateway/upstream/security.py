@@ -23,6 +23,10 @@ any client byte is forwarded, and returns the stream to use from then on:
   3. SaslAuthenticate requests carrying the tokens:
 
      * PLAIN (RFC 4616): one token ``NUL user NUL password``;
+     * OAUTHBEARER (RFC 7628, KIP-255/768): one token ``n,,\x01auth=Bearer <token>\x01\x01``
+       carrying an access token from the provider's client-credentials grant
+       (:mod:`gateway.upstream.oauth_token`); a broker that refuses it answers with its error
+       JSON, kgw replies ``\x01`` as RFC 7628 asks and reports the broker's reason;
      * SCRAM-SHA-256/512 (RFC 5802, RFC 7677): client-first
        (``n,,n=<user>,r=<nonce>``) → server-first (``r=,s=,i=``; the nonce
        must extend ours and ``i`` be at least 4096, Kafka clients' minimum)
@@ -30,6 +34,14 @@ any client byte is forwarded, and returns the stream to use from then on:
        signature is checked (constant time) so a broker that does not know
        the password cannot pass itself off as the cluster.  The PBKDF2 runs
        in a worker thread.
+
+The broker's SaslAuthenticate (v1+) says how long the session lasts (KIP-368
+``connections.max.reauth.ms``, or the token's expiry); :func:`upstream_session` gives it for
+the stream returned, with the SASL versions spoken.  A connection that outlives its session
+must log in again on the same connection before it expires (the broker closes it at the
+first request after): :func:`reauthenticate` runs the same exchange again, without
+ApiVersions, over a connection whose responses its owner routes to it
+(``gateway.connection.upstream_side``).
 
 Every failure raises :class:`UpstreamSecurityError` whose message says what
 went wrong (upstream address, mechanism, user name, the broker's error
@@ -53,7 +65,10 @@ import io
 import secrets
 import ssl
 import struct
-from typing import Any
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
 
 import trio
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -62,11 +77,14 @@ from kio.serial import entity_writer
 from kio.static.primitive import i16, i32
 
 from gateway.auth.tls import client_ssl_context, release_tls_stream
+from gateway.upstream.oauth_token import TokenUnavailable, token_source
 from protocol.codecs import CodecError, decode_response, encode, request_class
 from protocol.framing import NEED_DATA, FrameDecoder
 from protocol.headers import read_uvarint
 
-__all__ = ["UpstreamSecurityError", "wrap_upstream", "ScramClient", "plain_token", "SCRAM_MIN_ITERATIONS"]
+__all__ = ["UpstreamSecurityError", "UpstreamSession", "wrap_upstream", "reauthenticate", "upstream_session",
+           "session_ending",
+           "ScramClient", "plain_token", "SCRAM_MIN_ITERATIONS"]
 
 _I32 = struct.Struct(">i")
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
@@ -78,6 +96,42 @@ DEFAULT_TIMEOUT_S = 10.0
 
 class UpstreamSecurityError(Exception):
     """TLS or SASL towards an upstream broker failed; the message is safe to log."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSession:
+    """kgw's SASL session on one upstream connection."""
+
+    mechanism: str
+    #: seconds the broker gives the session (KIP-368); None: it does not expire
+    lifetime_s: float | None
+    #: (SaslHandshake, SaslAuthenticate) versions the broker speaks, for re-authentication
+    versions: tuple[int, int]
+    #: time.monotonic() at the end of the exchange
+    started: float
+
+    @property
+    def expires(self) -> float | None:
+        return None if self.lifetime_s is None else self.started + self.lifetime_s
+
+
+_SESSIONS: "weakref.WeakKeyDictionary[Any, UpstreamSession]" = weakref.WeakKeyDictionary()
+
+
+def session_ending(stream: Any) -> bool:
+    """True when kgw's session on ``stream`` has used 85% of its lifetime: a connection kgw keeps
+    for its own requests is then replaced rather than used (the broker closes it at expiry)."""
+    session = upstream_session(stream)
+    return (session is not None and session.lifetime_s is not None
+            and time.monotonic() >= session.started + 0.85 * session.lifetime_s)
+
+
+def upstream_session(stream: Any) -> UpstreamSession | None:
+    """The SASL session of a stream :func:`wrap_upstream` returned (None without SASL)."""
+    try:
+        return _SESSIONS.get(stream)
+    except TypeError:  # not weak-referenceable: not one of ours
+        return None
 
 
 # --------------------------------------------------------------------------- entry point
@@ -107,10 +161,30 @@ async def wrap_upstream(stream: trio.abc.Stream, host: str, upstream_config: Any
                 sasl = upstream_config.sasl
                 if sasl is None:
                     raise UpstreamSecurityError(f"{where}: security_protocol {protocol} needs upstream.sasl")
-                await _sasl(stream, str(sasl.mechanism), sasl.username, sasl.password, where)
+                _SESSIONS[stream] = await _sasl(_Wire(stream, where), sasl, where, timeout_s)
     except trio.TooSlowError:
         raise UpstreamSecurityError(f"{where}: {protocol} handshake did not finish within {timeout_s:g}s") from None
     return stream
+
+
+async def reauthenticate(stream: trio.abc.Stream, receive_frame: Callable[[], Awaitable[bytes]],
+                         upstream_config: Any, session: UpstreamSession, host: str,
+                         timeout_s: float) -> UpstreamSession:
+    """Log in again on an authenticated connection (KIP-368): SaslHandshake and SaslAuthenticate
+    at the versions of the first login, no ApiVersions.  The caller makes sure nothing else is
+    in flight on the connection and hands over every frame the broker sends meanwhile
+    (``receive_frame``).  Returns the new session.
+
+    :raises UpstreamSecurityError: refused, or not done within ``timeout_s``.
+    """
+    where = f"upstream {host}"
+    try:
+        with trio.fail_after(timeout_s):
+            new = await _sasl(_Wire(stream, where, receive_frame), upstream_config.sasl, where, timeout_s,
+                              versions=session.versions)
+    except trio.TooSlowError:
+        raise UpstreamSecurityError(f"{where}: re-authentication did not finish within {timeout_s:g}s") from None
+    return new
 
 
 # --------------------------------------------------------------------------- TLS
@@ -144,11 +218,14 @@ async def _tls(stream: trio.abc.Stream, host: str, tls_config: Any, where: str) 
 class _Wire:
     """Request/response on a fresh connection, correlation ids 1, 2, …"""
 
-    def __init__(self, stream: trio.abc.Stream, where: str) -> None:
+    def __init__(self, stream: trio.abc.Stream, where: str,
+                 receive_frame: Callable[[], Awaitable[bytes]] | None = None) -> None:
         self.stream = stream
         self.where = where
         self.correlation_id = 0
         self.decoder = FrameDecoder(1 << 24)
+        #: where responses come from when another task reads the connection (re-authentication)
+        self.receive_frame = receive_frame
 
     async def call(self, api_key: int, version: int, body: Any) -> Any:
         self.correlation_id += 1
@@ -162,7 +239,7 @@ class _Wire:
         data = out.getvalue()
         try:
             await self.stream.send_all(_I32.pack(len(data)) + data)
-            frame = await self._frame()
+            frame = await (self._frame() if self.receive_frame is None else self.receive_frame())
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise UpstreamSecurityError(f"{self.where}: connection lost during SASL: {exc}") from None
         (correlation_id,) = _I32.unpack_from(frame, 4)
@@ -205,9 +282,12 @@ async def _versions(wire: _Wire) -> tuple[int, int]:
     return 1, version
 
 
-async def _sasl(stream: trio.abc.Stream, mechanism: str, username: str, password: str, where: str) -> None:
-    wire = _Wire(stream, where)
-    handshake_version, auth_version = await _versions(wire)
+async def _sasl(wire: _Wire, sasl: Any, where: str, timeout_s: float,
+                versions: tuple[int, int] | None = None) -> UpstreamSession:
+    if versions is None:
+        versions = await _versions(wire)
+    handshake_version, auth_version = versions
+    mechanism = str(sasl.mechanism)
     response = await wire.call(SASL_HANDSHAKE, handshake_version,
                                request_class(SASL_HANDSHAKE, handshake_version)(mechanism=mechanism))
     if response.error_code != 0:
@@ -215,32 +295,63 @@ async def _sasl(stream: trio.abc.Stream, mechanism: str, username: str, password
         raise UpstreamSecurityError(
             f"{where}: SASL mechanism {mechanism} refused ({_error_name(response.error_code)}); "
             f"the broker offers: {offered}")
-    who = f"{where}: SASL {mechanism} authentication as {username!r}"
-    if mechanism == "PLAIN":
-        await _authenticate(wire, auth_version, plain_token(username, password), who)
-        return
-    if mechanism not in _HASHES:
+    if mechanism == "OAUTHBEARER":
+        last = await _oauthbearer(wire, auth_version, sasl.oauthbearer, where, timeout_s)
+    elif mechanism == "PLAIN":
+        who = f"{where}: SASL PLAIN authentication as {sasl.username!r}"
+        last = await _authenticate(wire, auth_version, plain_token(sasl.username, sasl.password), who)
+    elif mechanism in _HASHES:
+        last = await _scram(wire, auth_version, mechanism, sasl.username, sasl.password, where)
+    else:
         raise UpstreamSecurityError(f"{where}: SASL mechanism {mechanism} is not supported by kgw")
+    lifetime = getattr(last, "session_lifetime", None)  # v1+: a timedelta; 0 = no expiry
+    lifetime_s = lifetime.total_seconds() if lifetime is not None else 0.0
+    return UpstreamSession(mechanism, lifetime_s if lifetime_s > 0 else None, versions, time.monotonic())
+
+
+async def _scram(wire: _Wire, auth_version: int, mechanism: str, username: str, password: str, where: str) -> Any:
+    who = f"{where}: SASL {mechanism} authentication as {username!r}"
     client = ScramClient(mechanism, username, password)
     server_first = await _authenticate(wire, auth_version, client.client_first(), who)
     try:
-        client_final = await trio.to_thread.run_sync(client.client_final, server_first)
+        client_final = await trio.to_thread.run_sync(client.client_final, bytes(server_first.auth_bytes))
     except ValueError as exc:
         raise UpstreamSecurityError(f"{who} failed: {exc}") from None
     server_final = await _authenticate(wire, auth_version, client_final, who)
     try:
-        client.verify_server_final(server_final)
+        client.verify_server_final(bytes(server_final.auth_bytes))
     except ValueError as exc:
         raise UpstreamSecurityError(f"{who} failed: {exc}") from None
+    return server_final
 
 
-async def _authenticate(wire: _Wire, version: int, token: bytes, who: str) -> bytes:
+async def _oauthbearer(wire: _Wire, auth_version: int, oauth: Any, where: str, timeout_s: float) -> Any:
+    who = f"{where}: SASL OAUTHBEARER authentication as client {oauth.client_id!r}"
+    try:
+        token = await token_source(oauth, timeout_s).token()
+    except TokenUnavailable as exc:
+        raise UpstreamSecurityError(f"{who} failed: {exc}") from None
+    response = await _authenticate(wire, auth_version, oauthbearer_token(token), who)
+    challenge = bytes(response.auth_bytes)
+    if challenge:
+        # RFC 7628 3.2.2: the server's error as a challenge; the client answers %x01 and the
+        # server ends the exchange with its failure.
+        reason = challenge.decode("utf-8", errors="replace")
+        try:
+            await _authenticate(wire, auth_version, b"\x01", who)
+        except UpstreamSecurityError as exc:
+            raise UpstreamSecurityError(f"{exc} (the broker's OAUTHBEARER error: {reason})") from None
+        raise UpstreamSecurityError(f"{who} failed: {reason}")
+    return response
+
+
+async def _authenticate(wire: _Wire, version: int, token: bytes, who: str) -> Any:
     cls = request_class(SASL_AUTHENTICATE, version)
     response = await wire.call(SASL_AUTHENTICATE, version, cls(auth_bytes=token))
     if response.error_code != 0:
         message = response.error_message or "no message"
         raise UpstreamSecurityError(f"{who} failed ({_error_name(response.error_code)}): {message}")
-    return bytes(response.auth_bytes)
+    return response
 
 
 def _error_name(code: Any) -> str:
@@ -254,6 +365,11 @@ def _error_name(code: Any) -> str:
 def plain_token(username: str, password: str) -> bytes:
     """RFC 4616 message with an empty authorization id."""
     return b"\x00" + username.encode() + b"\x00" + password.encode()
+
+
+def oauthbearer_token(token: str) -> bytes:
+    """RFC 7628 client initial response with an empty authorization id."""
+    return b"n,,\x01auth=Bearer " + token.encode() + b"\x01\x01"
 
 
 def _saslname(name: str) -> str:

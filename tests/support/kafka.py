@@ -21,7 +21,7 @@ from pathlib import Path
 from .ports import HOST, free_port
 from .processes import ManagedProcess, ProcessError
 
-__all__ = ["KafkaCluster", "kafka_libs", "kafka_version", "run_tool", "start_kafka", "start_kafka_cluster"]
+__all__ = ["KafkaCluster", "OAuthListener", "kafka_libs", "kafka_version", "run_tool", "start_kafka", "start_kafka_cluster"]
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 60.0
@@ -65,12 +65,29 @@ def _log4j(directory: Path, level: str) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class OAuthListener:
+    """A second client listener, ``OAUTH`` (SASL_PLAINTEXT), that accepts only OAUTHBEARER tokens,
+    validated by Kafka's own ``OAuthBearerValidatorCallbackHandler`` (KIP-768) against the
+    provider's JWKS; the principal is ``User:<sub_claim>``."""
+
+    jwks_url: str
+    issuer: str
+    audience: str
+    sub_claim: str = "sub"
+    #: connections.max.reauth.ms of that listener (KIP-368); 0: sessions do not expire
+    max_reauth_ms: int = 0
+    #: principals added to super.users (as "User:name")
+    super_users: tuple[str, ...] = ()
+
+
 @dataclass
 class KafkaNode:
     node_id: int
     port: int
     controller_port: int
     process: ManagedProcess | None = None
+    oauth_port: int | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -89,10 +106,21 @@ class KafkaCluster:
     #: user -> password: clients connect with SASL/PLAIN and Kafka's own StandardAuthorizer
     #: decides (super user ``admin``; ``allow.everyone.if.no.acl.found=false``)
     sasl_users: dict = field(default_factory=dict)
+    oauth: OAuthListener | None = None
 
     @property
     def bootstrap(self) -> str:
         return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def oauth_bootstrap(self) -> str:
+        return ",".join(f"{HOST}:{n.oauth_port}" for n in self.nodes)
+
+    def _jvm(self) -> list[str]:
+        if self.oauth is None:
+            return []
+        # Kafka 4 fetches only from URLs it is told to trust
+        return [f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.oauth.jwks_url}"]
 
     @property
     def node_ids(self) -> tuple[int, ...]:
@@ -124,7 +152,8 @@ class KafkaCluster:
         for node in nodes:
             home = self.work / f"node-{node.node_id}"
             node.process = ManagedProcess(f"kafka-{node.node_id}-restarted",
-                                          [*_java(self.libs, log4j, heap), "kafka.Kafka", str(home / "server.properties")],
+                                          [*_java(self.libs, log4j, heap), *self._jvm(), "kafka.Kafka",
+                                           str(home / "server.properties")],
                                           log_dir=home).start()
         for node in nodes:
             node.process.wait_for_line(_READY, READY_TIMEOUT)
@@ -178,6 +207,26 @@ def _properties(cluster: KafkaCluster, node: KafkaNode) -> str:
             "super.users": "User:admin;User:ANONYMOUS",
             "allow.everyone.if.no.acl.found": "false",
         })
+    if cluster.oauth is not None:
+        oauth = cluster.oauth
+        props["listeners"] += f",OAUTH://{HOST}:{node.oauth_port}"
+        props["advertised.listeners"] += f",OAUTH://{HOST}:{node.oauth_port}"
+        props["listener.security.protocol.map"] += ",OAUTH:SASL_PLAINTEXT"
+        prefix = "listener.name.oauth."
+        props.update({
+            f"{prefix}sasl.enabled.mechanisms": "OAUTHBEARER",
+            f"{prefix}oauthbearer.sasl.jaas.config":
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required ;",
+            f"{prefix}oauthbearer.sasl.server.callback.handler.class":
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+            "sasl.oauthbearer.jwks.endpoint.url": oauth.jwks_url,
+            "sasl.oauthbearer.expected.issuer": oauth.issuer,
+            "sasl.oauthbearer.expected.audience": oauth.audience,
+            "sasl.oauthbearer.sub.claim.name": oauth.sub_claim,
+            f"{prefix}connections.max.reauth.ms": oauth.max_reauth_ms,
+        })
+        if oauth.super_users:
+            props["super.users"] += ";" + ";".join(oauth.super_users)
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
@@ -194,8 +243,8 @@ def _start(cluster: KafkaCluster, heap: str) -> KafkaCluster:
             raise ProcessError(f"formatting kafka node {node.node_id} failed:\n{fmt.stdout}\n{fmt.stderr}")
     for node in cluster.nodes:
         home = cluster.work / f"node-{node.node_id}"
-        node.process = ManagedProcess(f"kafka-{node.node_id}", [*_java(cluster.libs, log4j, heap), "kafka.Kafka",
-                                                               str(home / "server.properties")],
+        node.process = ManagedProcess(f"kafka-{node.node_id}", [*_java(cluster.libs, log4j, heap), *cluster._jvm(),
+                                                               "kafka.Kafka", str(home / "server.properties")],
                                       log_dir=home).start()
     try:
         for node in cluster.nodes:
@@ -206,19 +255,24 @@ def _start(cluster: KafkaCluster, heap: str) -> KafkaCluster:
     return cluster
 
 
-def _new(work: Path, count: int, extra: dict | None, sasl_users: dict | None = None) -> KafkaCluster:
-    nodes = [KafkaNode(node_id=i, port=free_port(), controller_port=free_port()) for i in range(1, count + 1)]
+def _new(work: Path, count: int, extra: dict | None, sasl_users: dict | None = None,
+         oauth: OAuthListener | None = None) -> KafkaCluster:
+    nodes = [KafkaNode(node_id=i, port=free_port(), controller_port=free_port(),
+                       oauth_port=free_port() if oauth is not None else None) for i in range(1, count + 1)]
     cid = uuid.uuid4()
     import base64
 
     cluster_id = base64.urlsafe_b64encode(cid.bytes).decode().rstrip("=")
-    return KafkaCluster(nodes, work, cluster_id, kafka_libs(), dict(extra or {}), dict(sasl_users or {}))
+    return KafkaCluster(nodes, work, cluster_id, kafka_libs(), dict(extra or {}), dict(sasl_users or {}), oauth)
 
 
-def start_kafka(work: Path, *, extra: dict | None = None, sasl_users: dict | None = None) -> KafkaCluster:
+def start_kafka(work: Path, *, extra: dict | None = None, sasl_users: dict | None = None,
+                oauth: OAuthListener | None = None) -> KafkaCluster:
     """One combined broker + controller (node id 1); with ``sasl_users`` (must include ``admin``)
-    a SASL/PLAIN listener and Kafka's own StandardAuthorizer."""
-    return _start(_new(work, 1, extra, sasl_users), "512m")
+    a SASL/PLAIN listener and Kafka's own StandardAuthorizer; with ``oauth`` (and ``sasl_users``)
+    also an OAUTHBEARER-only listener (:class:`OAuthListener`)."""
+    assert oauth is None or sasl_users, "the OAUTH listener sits beside the SASL/PLAIN one"
+    return _start(_new(work, 1, extra, sasl_users, oauth), "512m")
 
 
 def start_kafka_cluster(work: Path, count: int = 3, *, extra: dict | None = None) -> KafkaCluster:

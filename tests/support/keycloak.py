@@ -6,7 +6,8 @@ Java 21 or newer (``KGW_KEYCLOAK_JAVA_HOME``, else the newest under /usr/lib/jvm
 per test session, in development mode with an in-memory database, on free ports; the realm
 ``kgw`` (tests/support/keycloak/kgw-realm.json) is imported at start: confidential clients with
 the client-credentials grant (``svc-orders`` in group ``payments``, ``svc-reports`` in
-``analytics``, ``svc-other-audience`` whose tokens are not for kgw), an audience mapper that puts
+``analytics``, ``svc-other-audience`` whose tokens are not for kgw, ``kgw-upstream`` with 12 s
+tokens, kgw's own login to an OAuth-only broker), an audience mapper that puts
 ``kgw`` in ``aud`` and a group-membership mapper for the ``groups`` claim.
 """
 

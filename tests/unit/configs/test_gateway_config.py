@@ -166,7 +166,8 @@ def test_to_dict_round_trips_and_hides_secrets():
         users={"plain": [{"name": "u", "password_sha256": "ab" * 32}]},
     ))
     out = cfg.to_dict()
-    assert out["upstream"]["sasl"] == {"mechanism": "PLAIN", "username": "kgw", "password": "[hidden]"}
+    assert out["upstream"]["sasl"] == {"mechanism": "PLAIN", "username": "kgw", "password": "[hidden]",
+                                       "oauthbearer": None}
     assert out["users"]["plain"] == [{"name": "u", "password_sha256": "[hidden]", "password_hash": None}]
     assert out["upstream"]["bootstrap_servers"] == ["localhost:9092"]
     assert out["authorizer"]["config"] == {"super.users": "User:a", "list": ["a", 1]}
@@ -231,7 +232,7 @@ BAD = [
     ("oauthbearer-missing", config(listener(security_protocol="SASL_PLAINTEXT", sasl={"mechanisms": ["OAUTHBEARER"]})), "listeners[0].sasl.oauthbearer", "required when OAUTHBEARER is among the mechanisms"),
     ("oauthbearer-unused", config(listener(security_protocol="SASL_PLAINTEXT", sasl={"mechanisms": ["PLAIN"], "oauthbearer": {"jwks_file": "/x.json"}})), "listeners[0].sasl.oauthbearer", "not allowed unless OAUTHBEARER is among the mechanisms"),
     ("oauthbearer-url", config(listener(security_protocol="SASL_PLAINTEXT", sasl={"mechanisms": ["OAUTHBEARER"], "oauthbearer": {"jwks_endpoint_url": "ftp://idp/jwks"}})), "listeners[0].sasl.oauthbearer.jwks_endpoint_url", "expected an http:// or https:// URL"),
-    ("upstream-oauthbearer", config() | {"upstream": {"bootstrap_servers": ["b:9092"], "security_protocol": "SASL_PLAINTEXT", "sasl": {"mechanism": "OAUTHBEARER", "username": "u", "password": "p"}}}, "upstream.sasl.mechanism", "must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+    ("upstream-oauthbearer", config() | {"upstream": {"bootstrap_servers": ["b:9092"], "security_protocol": "SASL_PLAINTEXT", "sasl": {"mechanism": "OAUTHBEARER", "oauthbearer": {"client_id": "kgw", "client_secret": "x"}}}}, "upstream.sasl.oauthbearer.token_endpoint_url", "exactly one of token_endpoint_url and issuer_url is required"),
     ("principal-builder-path", config(listener(principal_builder="not a path")), "listeners[0].principal_builder", 'expected an import path "package.module:Class"'),
     ("listeners-empty", config() | {"listeners": []}, "listeners", "must not be empty"),
     ("listeners-mapping", config() | {"listeners": {"name": "x"}}, "listeners", "expected a list, got a mapping"),

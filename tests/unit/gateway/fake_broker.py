@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import struct
+import time
 from datetime import timedelta
 
 import trio
@@ -41,6 +42,12 @@ class FakeBroker:
         self.versions = {0: (3, 11), 3: (0, 12), 16: (0, 5), 18: (0, 3)}
         #: a server context: the broker's listener is SSL (kgw's upstream.tls)
         self.ssl_context = None
+        #: SASL/PLAIN required (any credentials), sessions lasting this long (KIP-368
+        #: connections.max.reauth.ms): a request after expiry closes the connection, as Kafka does
+        self.sasl_lifetime_ms: int | None = None
+        self.logins = 0  # successful SaslAuthenticate exchanges (first logins and re-authentications)
+        self.reauthentications = 0  # of those, on a connection already authenticated
+        self.expired_closes = 0  # connections closed for a request after their session expired
 
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED):
         listeners = await trio.open_tcp_listeners(self.port, host="127.0.0.1")  # 0 the first time
@@ -53,6 +60,7 @@ class FakeBroker:
     async def _handle(self, stream):
         self.connections += 1
         decoder = FrameDecoder(1 << 30)
+        session_ends: float | None = None  # SASL: when this connection's session expires
         async with trio.open_nursery() as nursery:
             send_lock = trio.StrictFIFOLock()
             order: list[trio.Event] = []
@@ -74,6 +82,16 @@ class FakeBroker:
                         request = decode_request(0, header.api_version, memoryview(frame)[4:], header.size)
                         self.produce_bytes += [len(p.records or b"") for t in request.topic_data
                                                for p in t.partition_data]
+                    if self.sasl_lifetime_ms is not None and header.api_key == 36:
+                        self.logins += 1
+                        self.reauthentications += session_ends is not None
+                        session_ends = time.monotonic() + self.sasl_lifetime_ms / 1000
+                    elif self.sasl_lifetime_ms is not None and header.api_key not in (17, 18) and (
+                            session_ends is None or time.monotonic() > session_ends):
+                        self.expired_closes += session_ends is not None
+                        await stream.aclose()
+                        nursery.cancel_scope.cancel()
+                        return
                     if header.api_key in self.close_on:
                         await stream.aclose()
                         nursery.cancel_scope.cancel()
@@ -109,6 +127,14 @@ class FakeBroker:
 
     def _body(self, header, body) -> bytes:
         key, version = header.api_key, header.api_version
+        if key == 17:
+            return encode(response_class(17, version)(error_code=ErrorCode.none, mechanisms=("PLAIN",)))
+        if key == 36:
+            cls = response_class(36, version)
+            kw = {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": b""}
+            if "session_lifetime" in cls.__dataclass_fields__:
+                kw["session_lifetime"] = timedelta(milliseconds=self.sasl_lifetime_ms or 0)
+            return encode(cls(**kw))
         if key == 18:
             cls = response_class(18, version)
             key_cls = cls.__dataclass_fields__["api_keys"].type.__args__[0]
