@@ -111,9 +111,10 @@ TEST_ENV := KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs KGW_KAFKA_CLIENTS_LIBS=$(CLIENTS_H
   KGW_SPARK_KAFKA_JARS=$(SPARK_KAFKA_HOME)/jars KGW_KEYCLOAK_HOME=$(KEYCLOAK_CACHE)/keycloak-$(KEYCLOAK_VERSION) \
   KGW_KEYCLOAK_JAVA_HOME=$(KEYCLOAK_JAVA_HOME)
 
+# two pytest processes at once, sharing nothing (tests/run_suite.py says how it is split)
 test: setup
 	$(say) "running the whole test suite"
-	$(TEST_ENV) $(PY) -m pytest -q
+	$(TEST_ENV) $(PY) tests/run_suite.py
 
 test-fast: setup
 	$(TEST_ENV) $(PY) -m pytest -q -m "not java and not spark and not kafka and not kafka_cluster and not keycloak"

@@ -8,10 +8,24 @@ prints its readiness line) so a collision shows up as a clear error.
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 
 HOST = "127.0.0.1"
+
+
+def _range() -> tuple[int, int]:
+    """KGW_TEST_PORTS="low-high": the range of this pytest process (tests/run_suite.py runs two
+    at once, each in its own half of 12000-32000)."""
+    given = os.environ.get("KGW_TEST_PORTS")
+    if not given:
+        return 12000, 32000
+    low, _, high = given.partition("-")
+    return int(low), int(high)
+
+
+_LOW, _HIGH = _range()
 
 # Ports handed out during this test session; never hand the same one out twice.
 _handed_out: set[int] = set()
@@ -28,7 +42,7 @@ def _can_bind(port: int, host: str = HOST) -> bool:
     return True
 
 
-def free_port(host: str = HOST, low: int = 12000, high: int = 32000) -> int:
+def free_port(host: str = HOST, low: int = _LOW, high: int = _HIGH) -> int:
     """A TCP port on ``host`` that is free now, below the kernel's ephemeral range (32768+):
     a port handed to a subprocess to bind must not be one an outgoing connection can take
     in the meantime (a port the OS picked with bind(0) is in that range)."""
@@ -49,7 +63,7 @@ def free_ports(n: int, host: str = HOST) -> list[int]:
 
 
 def free_port_base(offsets: tuple[int, ...] = (111,), host: str = HOST,
-                   low: int = 12000, high: int = 32000) -> int:
+                   low: int = _LOW, high: int = _HIGH) -> int:
     """Return a base port B such that B+o is free for every o in ``offsets``.
 
     The gateway serves upstream node N at ``broker_port_base + N``; tansu's

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""The whole test suite in two pytest processes at once (``make test``; CI runs exactly that).
+
+A single pytest keeps one of CI's two cores busy most of the time: much of the suite waits on
+brokers, JVMs and clients.  The suite is split in two halves that share nothing: ``jvm`` (the
+unit tests, then everything against Apache Kafka, Keycloak and the Java client) and ``tansu``
+(the integration tests against tansu, Spark included).  Each half starts only the session
+fixtures its tests need, so no broker or provider runs twice; each gets its own port range
+(``KGW_TEST_PORTS``, read by tests/support/ports.py; the fixed ports of
+tests/integration/test_examples.py, 9092 and 9190-9711, are below both) and its own
+``--basetemp``.  Lines are printed as they come, prefixed with the half's name; the exit
+status is the first non-zero one of the two.
+
+    .venv/bin/python tests/run_suite.py             # both halves
+    .venv/bin/python tests/run_suite.py jvm         # one of them
+    .venv/bin/python tests/run_suite.py -- -x       # extra pytest arguments for both
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_JVM_MARKS = "kafka or kafka_cluster or keycloak or java"
+
+HALVES = {
+    "jvm": (["tests/unit", "tests/integration", "-m", f"not integration or ({_JVM_MARKS})"], "12000-21999"),
+    "tansu": (["tests/integration", "-m", f"integration and not ({_JVM_MARKS})"], "22000-31999"),
+}
+
+
+def _pump(name: str, stream, lock: threading.Lock) -> None:
+    for line in iter(stream.readline, ""):
+        with lock:
+            sys.stdout.write(f"[{name}] {line}")
+            sys.stdout.flush()
+
+
+def main(argv: list[str]) -> int:
+    extra: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, extra = argv[:at], argv[at + 1:]
+    names = argv or list(HALVES)
+    unknown = [n for n in names if n not in HALVES]
+    if unknown:
+        print(f"unknown half {unknown[0]!r}; the halves are {', '.join(HALVES)}", file=sys.stderr)
+        return 2
+    base = Path(tempfile.gettempdir()) / f"kgw-tests-{os.getuid()}"
+    lock = threading.Lock()
+    running = []
+    started = time.monotonic()
+    for name in names:
+        args, ports = HALVES[name]
+        env = {**os.environ, "KGW_TEST_PORTS": ports, "PYTHONUNBUFFERED": "1"}
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={base / name}",
+                   *args, *extra]
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, errors="replace")
+        pump = threading.Thread(target=_pump, args=(name, process.stdout, lock), daemon=True)
+        pump.start()
+        running.append((name, process, pump))
+    status = 0
+    try:
+        for name, process, pump in running:
+            code = process.wait()
+            pump.join()
+            print(f"[{name}] exit status {code} after {time.monotonic() - started:.0f}s", flush=True)
+            status = status or code
+    except KeyboardInterrupt:
+        for _name, process, _pump_thread in running:
+            process.terminate()  # pytest stops its own fixtures' processes on the way out
+        for _name, process, _pump_thread in running:
+            process.wait()
+        return 130
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
