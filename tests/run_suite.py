@@ -53,6 +53,7 @@ def main(argv: list[str]) -> int:
         print(f"unknown half {unknown[0]!r}; the halves are {', '.join(HALVES)}", file=sys.stderr)
         return 2
     base = Path(tempfile.gettempdir()) / f"kgw-tests-{os.getuid()}"
+    base.mkdir(parents=True, exist_ok=True)  # pytest makes --basetemp itself, not its parents
     lock = threading.Lock()
     running = []
     started = time.monotonic()
