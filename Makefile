@@ -87,11 +87,11 @@ $(KEYCLOAK_STAMP):
 
 # kcat: a client in the tests; promtool (Debian's prometheus package) checks deploy/prometheus;
 # docker-compose (without the engine it recommends) checks deploy/compose.yaml; chromium renders
-# the audit report in a test
-DEBS := kcat prometheus docker-compose chromium
+# the audit report in a test; haproxy is the load balancer sending the PROXY protocol in a test
+DEBS := kcat prometheus docker-compose chromium haproxy
 setup: $(TEST_STAMP) $(KAFKA_STAMP) $(CLIENTS_STAMP) $(SPARK_KAFKA_STAMP) $(KEYCLOAK_STAMP)
 	@test -n "$(KEYCLOAK_JAVA_HOME)" || echo "make setup: no Java 21 or newer under /usr/lib/jvm: Keycloak needs one (set KEYCLOAK_JAVA_HOME)"
-	@for tool in kcat promtool docker-compose chromium; do command -v $$tool >/dev/null 2>&1 || missing=1; done; \
+	@for tool in kcat promtool docker-compose chromium haproxy; do command -v $$tool >/dev/null 2>&1 || missing=1; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then echo "==> apt-get install $(DEBS) (the tests' tools)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEBS); \

@@ -165,6 +165,10 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
         add(ConfigDef(prefix + "principal.builder.class", ConfigType.CLASS,
                       "Custom principal builder (import path); empty = built-in.",
                       source_path="listeners.principal_builder"), lc.principal_builder)
+        add(ConfigDef(prefix + "proxy.protocol.trusted.networks", ConfigType.LIST,
+                      "Networks of the load balancers whose PROXY protocol headers the listener takes; empty = off.",
+                      source_path="listeners.proxy_protocol.trusted_networks"),
+            list(lc.proxy_protocol.trusted_networks) if lc.proxy_protocol is not None else None)
         if lc.tls is not None:
             for key, attr, doc in (
                 ("ssl.certificate.location", "cert_file", "PEM certificate chain presented to clients."),

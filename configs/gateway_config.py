@@ -147,6 +147,15 @@ class ListenerSaslConfig:
 
 
 @_model
+class ProxyProtocolConfig:
+    """The load balancers allowed to speak for clients on a listener."""
+
+    trusted_networks: tuple[str, ...]
+    """Networks ("10.0.0.0/8", "127.0.0.1/32", "::1/128") a balancer connects from; a connection
+    from anywhere else is closed before anything is read."""
+
+
+@_model
 class ListenerConfig:
     """One client-facing listener: a bootstrap port plus one port per upstream node.
 
@@ -179,6 +188,10 @@ class ListenerConfig:
     """SASL settings; present exactly when security_protocol is SASL_PLAINTEXT or SASL_SSL."""
     principal_builder: str | None = None
     """Import path "pkg.mod:Class" of a custom principal builder; None = built-in."""
+    proxy_protocol: ProxyProtocolConfig | None = None
+    """PROXY protocol (v1 and v2) from a load balancer in front: every connection must come from
+    one of its trusted networks and open with a header, whose client address kgw then uses
+    everywhere; None = off (a header is never accepted)."""
 
     def node_bind_port(self, node_id: int) -> int | None:
         """Bind port serving upstream node `node_id`; None if it would exceed 65535."""

@@ -286,6 +286,17 @@ def _config_map(ctx: _Ctx, path: str, v: Any) -> Mapping[str, Any]:
 _STR = _str()
 
 
+def _network(ctx: _Ctx, path: str, v: Any) -> str:
+    import ipaddress
+
+    if isinstance(v, str):
+        try:
+            return str(ipaddress.ip_network(v.strip(), strict=False))
+        except ValueError:
+            pass
+    raise _Invalid(f'expected a network such as "10.0.0.0/8" or "127.0.0.1", got {_describe(v)}')
+
+
 _HOST = _str(r"[^\s/\[\]]+", "a host name or IP address")
 
 

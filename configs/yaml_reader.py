@@ -42,8 +42,8 @@ from typing import Any
 import yaml
 from authz.credentials import PlainCredential, SaslMechanism, ScramCredential
 from configs.policies import PolicyLoadError, parse_rules
-from configs.gateway_config import AUDIT_LEVELS, AdminConfig, OAuthBearerConfig, AlterConfigsPolicyConfig, AuditConfig, AuthorizerConfig, ClientAuth, ConfigError, GatewayConfig, IoConfig, LOG_FORMATS, LOG_LEVELS, LimitsConfig, ListenerConfig, ListenerSaslConfig, ListenerTlsConfig, LoggingConfig, MetadataConfig, SecurityProtocol, UpstreamConfig, UpstreamOAuthConfig, UpstreamSaslConfig, UpstreamTlsConfig, UsersConfig, WILDCARD_HOSTS
-from configs.yaml_checks import _fraction, _str, _HTTP_URL, _BIND_PORT, _Ctx, _HOST, _IMPORT_PATH, _Invalid, _LISTENER_NAME, _Loader, _MECHANISM, _PORT, _POSITIVE, _PROTOCOL, _Reader, _SCRAM_ITERATIONS, _SCRAM_MECHANISM, _STR, _address, _base64, _bool, _choice, _config_map, _describe, _int, _join, _list, _path, _pbkdf2, _section, _sha256_hex, _yaml_error
+from configs.gateway_config import AUDIT_LEVELS, AdminConfig, OAuthBearerConfig, AlterConfigsPolicyConfig, AuditConfig, AuthorizerConfig, ClientAuth, ConfigError, GatewayConfig, IoConfig, LOG_FORMATS, LOG_LEVELS, LimitsConfig, ListenerConfig, ListenerSaslConfig, ListenerTlsConfig, LoggingConfig, MetadataConfig, ProxyProtocolConfig, SecurityProtocol, UpstreamConfig, UpstreamOAuthConfig, UpstreamSaslConfig, UpstreamTlsConfig, UsersConfig, WILDCARD_HOSTS
+from configs.yaml_checks import _fraction, _network, _str, _HTTP_URL, _BIND_PORT, _Ctx, _HOST, _IMPORT_PATH, _Invalid, _LISTENER_NAME, _Loader, _MECHANISM, _PORT, _POSITIVE, _PROTOCOL, _Reader, _SCRAM_ITERATIONS, _SCRAM_MECHANISM, _STR, _address, _base64, _bool, _choice, _config_map, _describe, _int, _join, _list, _path, _pbkdf2, _section, _sha256_hex, _yaml_error
 
 __all__ = ["apply_overrides", "load_config", "parse_config"]
 
@@ -236,9 +236,15 @@ def _listener(ctx: _Ctx, r: _Reader) -> ListenerConfig:
         tls=r("tls", _listener_tls, None),
         sasl=r("sasl", _listener_sasl, None),
         principal_builder=r("principal_builder", _IMPORT_PATH, None),
+        proxy_protocol=r("proxy_protocol", _proxy_protocol, None),
     )
     _check_protocol_sections(r, protocol, tls_required=True)
     return listener
+
+
+@_section(ProxyProtocolConfig)
+def _proxy_protocol(ctx: _Ctx, r: _Reader) -> ProxyProtocolConfig:
+    return ProxyProtocolConfig(trusted_networks=r("trusted_networks", _list(_network, csv=True, unique=True)))
 
 
 @_section(UpstreamTlsConfig)

@@ -42,6 +42,7 @@ from gateway.connection.client import ClientConnection
 from gateway.auth.authentication import ListenerSecurity
 from gateway.connection.data_plane import on_trio_thread
 from gateway.logs import fields
+from protocol.proxy_protocol import ProxyHeaderError, ProxyHeaderReader
 
 
 __all__ = ["Listener", "ListenerNodeMap"]
@@ -163,6 +164,10 @@ class Listener:
         rate = gateway.config.limits.max_connection_creation_rate
         #: limits.max_connection_creation_rate: accepting waits beyond it
         self._creation_rate = CreationRate(rate) if rate else None
+        proxy = config.proxy_protocol
+        #: PROXY protocol: the networks balancers connect from (None: no header accepted)
+        self.proxy_networks = None if proxy is None else tuple(ipaddress.ip_network(n) for n in proxy.trusted_networks)
+        self._untrusted_hosts: set[str] = set()  # refused as not a trusted balancer (logged once)
 
 
     def has_node_port(self, node_id: int) -> bool:
@@ -272,8 +277,61 @@ class Listener:
             self.gateway.metrics.errors.labels(self.name, "-", "connection_limit").inc()
             await trio.aclose_forcefully(stream)
             return
+        if self.proxy_networks is not None:
+            if not self._trusted_balancer(addr[0]):
+                self.gateway.metrics.errors.labels(self.name, "-", "proxy_untrusted").inc()
+                if addr[0] not in self._untrusted_hosts and len(self._untrusted_hosts) < CreationRate.MAX_KEYS:
+                    self._untrusted_hosts.add(addr[0])
+                    log.warning("listener %s takes connections only from its PROXY protocol balancers "
+                                "(proxy_protocol.trusted_networks); closing one from %s", self.name, addr[0])
+                await trio.aclose_forcefully(stream)
+                return
+            self._connections += 1  # the client's own address (and its limits) come with the header
+            assert self._nursery is not None
+            self._nursery.start_soon(self._handle_proxied, stream, addr, node_id)
+            return
+        if not await self._host_admitted(stream, addr[0]):
+            return
+        # counted now, not when the task first runs: the next one of this burst sees it
+        self._connections += 1
+        assert self._nursery is not None
+        self._nursery.start_soon(self._handle, stream, addr, node_id)
+
+    def _trusted_balancer(self, host: str) -> bool:
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        mapped = getattr(address, "ipv4_mapped", None)
+        return any(address in network or (mapped is not None and mapped in network)
+                   for network in self.proxy_networks or ())
+
+    async def _handle_proxied(self, stream: trio.SocketStream, addr, node_id: int | None) -> None:
+        """A connection from a trusted balancer: its PROXY protocol header first (within the
+        authentication deadline, byte-exact: what follows stays unread), then the client's own
+        address is the peer everywhere, per-host limits included."""
+        reader = ProxyHeaderReader()
+        try:
+            with trio.fail_after(self.gateway.config.limits.authentication_timeout_ms / 1000):
+                while wanted := reader.wanted():
+                    reader.feed(await stream.receive_some(wanted))
+        except (ProxyHeaderError, trio.TooSlowError, trio.BrokenResourceError, OSError) as e:
+            reason = str(e) or "no PROXY protocol header within limits.authentication_timeout_ms"
+            self.gateway.metrics.errors.labels(self.name, "-", "proxy_header").inc()
+            log.info("closing connection from balancer %s: %s", addr[0], reason, extra=fields(listener=self.name))
+            self._connections -= 1
+            await trio.aclose_forcefully(stream)
+            return
+        assert reader.result is not None
+        source = reader.result.source or (addr[0], addr[1])  # LOCAL: the balancer's own connection
+        if not await self._host_admitted(stream, source[0]):
+            self._connections -= 1
+            return
+        await self._handle(stream, source, node_id)
+
+    async def _host_admitted(self, stream: trio.SocketStream, host: str) -> bool:
+        """Per-host connection rate and count: True and counted, or the stream closed."""
         per_host = self.gateway.connections_per_host
-        host = addr[0]
         rates = self.gateway.connection_rates_per_host
         if rates is not None and rates.take(host, trio.current_time()) > 0:
             # KIP-612's per-IP connection rate quota: closed at once, logged once per burst
@@ -285,7 +343,7 @@ class Listener:
                 log.warning("client host %s opens connections faster than %d per second "
                             "(limits.max_connection_creation_rate_per_ip); closing the excess", host, rates.rate)
             await trio.aclose_forcefully(stream)
-            return
+            return False
         self._throttled_hosts.discard(host)
         if per_host.get(host, 0) >= self.gateway.connection_limit_of(host):
             # logged at most once per refused burst: the count says how many
@@ -296,12 +354,9 @@ class Listener:
                             "refusing more", host, per_host.get(host, 0),
                             "_overrides" if host in self.gateway.connection_limits_per_host else "")
             await trio.aclose_forcefully(stream)
-            return
+            return False
         per_host[host] = per_host.get(host, 0) + 1
-        # counted now, not when the task first runs: the next one of this burst sees it
-        self._connections += 1
-        assert self._nursery is not None
-        self._nursery.start_soon(self._handle, stream, addr, node_id)
+        return True
 
     async def _handle(self, stream: trio.SocketStream, addr, node_id: int | None) -> None:
         metrics = self.gateway.metrics

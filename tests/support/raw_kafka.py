@@ -24,9 +24,12 @@ def _body_offset(api_key: int, version: int) -> int:
 class RawConnection:
     """One connection; requests get increasing correlation ids, each checked on the response."""
 
-    def __init__(self, address: str, timeout: float = T) -> None:
+    def __init__(self, address: str, timeout: float = T, *, source: str | None = None) -> None:
+        """``source``: the local address to connect from (any of 127/8 on Linux's loopback), as
+        different client hosts would."""
         host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.correlation_id = 0
 
     def close(self) -> None:
