@@ -39,6 +39,15 @@ EVENT_FIELDS: tuple[tuple[str, str], ...] = (
     ("reason", "string"),
     ("change", "string"),
     ("gateway", "string"),
+    # tamper evidence (authz/audit_chain.py): the chain, its run, the event's number and links
+    ("chain", "string"),
+    ("run", "string"),
+    ("seq", "long"),
+    ("prev_hash", "string"),
+    ("hash", "string"),
+    ("resumes", "string"),
+    # "event": "dropped": how many events were offered but never published
+    ("count", "long"),
 )
 _TYPES = dict(EVENT_FIELDS)
 

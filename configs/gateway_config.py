@@ -439,6 +439,12 @@ class AuditConfig:
     """Events per Produce request."""
     linger_ms: int = 200
     """How often buffered events are sent."""
+    chain_id: str | None = None
+    """The hash chain this process's events form (authz/audit_chain.py); a restart with the same
+    id resumes it from its last checkpoint. Default "<cluster_id>@<host name>" (and
+    "/worker<i>" per worker of `kgw run --workers`)."""
+    checkpoint_interval_ms: int = 10000
+    """How often the chain's head is written to the metadata log (and at a graceful stop)."""
 
 
 @_model

@@ -462,6 +462,8 @@ def _audit(ctx: _Ctx, r: _Reader) -> AuditConfig:
         max_buffered=r("max_buffered", _POSITIVE, 10000),
         batch_max_events=r("batch_max_events", _POSITIVE, 500),
         linger_ms=r("linger_ms", _POSITIVE, 200),
+        chain_id=r("chain_id", _STR, None),
+        checkpoint_interval_ms=r("checkpoint_interval_ms", _POSITIVE, 10000),
     )
 
 

@@ -54,6 +54,7 @@ _CONFIG_TYPE_NAMES: Final = {
     8: "broker_logger",
     16: "client_metrics",
     32: "group",
+    100: "audit_chain",  # kgw's audit chain checkpoints (authz/audit_chain.py)
 }
 _DEFAULT_RESOURCE: Final = "<default>"
 

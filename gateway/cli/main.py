@@ -591,9 +591,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _tool_commands():
-    from gateway.cli import acls, metadata_log, users
+    from gateway.cli import acls, audit, metadata_log, users
 
-    return [acls.register, metadata_log.register, users.register]
+    return [acls.register, audit.register, metadata_log.register, users.register]
 
 
 #: Subcommand registrars of tooling modules (``kgw acls``).

@@ -34,6 +34,15 @@ milliseconds, ``ts_ms`` the same as epoch milliseconds)::
      "listener": "EXTERNAL", "client_address": "10.1.2.3", "api": "Fetch",
      "client_id": "c1", "correlation_id": 7, "rule": "DefaultDeny", "gateway": "kgw"}
 
+Tamper evidence (``authz/audit_chain.py``): with a chain attached (:meth:`attach_chain`,
+once the metadata log is loaded, so that a restart resumes from the chain's last checkpoint),
+each batch is sealed once, when it is taken: its events get ``chain``, ``run``, ``seq``,
+``prev_hash`` and ``hash``, and the head moves only when the batch is written (a batch
+refused for good leaves the head where it was).  Events dropped before they were numbered
+(buffer full, batch refused) are recorded by a ``"event": "dropped"`` event leading the next
+batch.  Every ``checkpoint_interval_s``, and when the publisher stops, the head is written to
+the metadata log.  Until a chain is attached, nothing is published (events wait, bounded).
+
 :class:`AuditLogHandler` is the alternative hook: a ``logging.Handler`` for
 the ``kgw.authorizer`` logger that offers every record carrying the
 ``kgw_*`` attributes.  It only sees the decisions the logger's level lets
@@ -60,6 +69,7 @@ from kio.records.writers import write_new_batch
 from kio.static.primitive import i8, i16, i32, i64
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from authz.audit_chain import ChainWriter
 from authz.audit_events import audit_event
 from gateway.upstream.cluster import UpstreamCluster, UpstreamUnavailable, open_upstream, roundtrip
 from gateway.upstream.security import session_ending
@@ -92,16 +102,21 @@ class _Rejected(Exception):
 
 def encode_batch(events: list[tuple[float, Mapping[str, Any]]], gateway: str | None = None) -> bytes:
     """One record batch v2 (no compression, no producer id) of JSON values."""
+    built = [audit_event(fields, ts, gateway) for ts, fields in events]
+    return encode_events(built, [json.dumps(e, separators=(",", ":"), default=str).encode() for e in built])
+
+
+def encode_events(events: list[dict[str, Any]], values: list[bytes]) -> bytes:
+    """One record batch v2 of these events' record values (key = principal, timestamp = the event's)."""
     records = []
-    for i, (ts, fields) in enumerate(events):
-        event = audit_event(fields, ts, gateway)
-        principal = event["principal"]
+    for i, (event, value) in enumerate(zip(events, values)):
+        principal = event.get("principal")
         records.append(Record(
             attributes=i8(0),
             timestamp=_dt.datetime.fromtimestamp(event["ts_ms"] / 1000, tz=_UTC),
             offset=i64(i),
             key=principal.encode() if isinstance(principal, str) else None,
-            value=json.dumps(event, separators=(",", ":"), default=str).encode(),
+            value=value,
             headers=(),
         ))
     buf = io.BytesIO()
@@ -129,6 +144,8 @@ class AuditPublisher:
         gateway_name: str | None = None,
         registry: CollectorRegistry | None = None,
         clock=time.time,
+        chained: bool = False,
+        checkpoint_interval_s: float = 10.0,
     ) -> None:
         if max_buffered < 1 or batch_max_events < 1:
             raise ValueError("max_buffered and batch_max_events must be positive")
@@ -144,6 +161,12 @@ class AuditPublisher:
         self.replication_factor = replication_factor
         self.gateway_name = gateway_name
         self._clock = clock
+        #: tamper evidence: nothing is published until :meth:`attach_chain` when ``chained``
+        self.chained = chained
+        self.chain: ChainWriter | None = None
+        self._write_checkpoint: Any = None
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self._unrecorded = 0  # events dropped since the last sealed batch (a "dropped" event says so)
         self._buffer: collections.deque[tuple[float, Mapping[str, Any]]] = collections.deque()
         self._lock = threading.Lock()  # only for the capacity check + append pair
         self._conns: dict[int, trio.SocketStream] = {}
@@ -171,6 +194,7 @@ class AuditPublisher:
         with self._lock:
             if len(self._buffer) >= self.max_buffered:
                 full = True
+                self._unrecorded += 1
             else:
                 self._buffer.append((self._clock(), fields))
                 full = False
@@ -189,6 +213,46 @@ class AuditPublisher:
 
     # -- the background task -----------------------------------------------------
 
+    def attach_chain(self, chain: ChainWriter, write_checkpoint: Any) -> None:
+        """Start sealing with ``chain``; ``write_checkpoint(Checkpoint)`` (async) records a head."""
+        self.chain = chain
+        self._write_checkpoint = write_checkpoint
+        log.info("audit chain %s: run %s%s", chain.chain, chain.run,
+                 f" resumes from run {chain.resume.run} at seq {chain.resume.seq}" if chain.resume else " starts")
+
+    def _seal(self, batch: list[tuple[float, Mapping[str, Any]]]) -> tuple[bytes, int, Any]:
+        """The record batch to publish for ``batch``, its event count and the chain head it
+        leads to (None without a chain)."""
+        events = [audit_event(fields, ts, self.gateway_name) for ts, fields in batch]
+        if self.chain is None:
+            return encode_events(events, [json.dumps(e, separators=(",", ":"), default=str).encode()
+                                          for e in events]), len(events), None
+        with self._lock:
+            dropped, self._unrecorded = self._unrecorded, 0
+        if dropped:
+            now = self._clock()
+            marker = audit_event({"kgw_event": "dropped"}, now, self.gateway_name)
+            marker = {k: marker[k] for k in ("time", "ts_ms", "event", "gateway") if k in marker}
+            marker.update(count=dropped, reason="events offered but not published (buffer full or refused)")
+            events.insert(0, marker)
+        values, head = self.chain.seal_batch(events)
+        return encode_events(events, values), len(events), (head, dropped)
+
+    async def _checkpoint(self) -> None:
+        chain = self.chain
+        if chain is None or self._write_checkpoint is None:
+            return
+        checkpoint = chain.checkpoint(int(self._clock() * 1000))
+        if checkpoint is None:
+            return
+        try:
+            await self._write_checkpoint(checkpoint)
+        except Exception as e:  # noqa: BLE001 - the metadata log may be down; publishing goes on
+            log.warning("audit chain %s: checkpoint at seq %d not written (%s); tried again later",
+                        chain.chain, checkpoint.seq, e)
+            return
+        chain.checkpointed(checkpoint)
+
     def _take(self) -> list[tuple[float, Mapping[str, Any]]]:
         out = []
         buf = self._buffer
@@ -200,21 +264,33 @@ class AuditPublisher:
         """Publish until cancelled."""
         task_status.started()
         batch: list = []
+        sealed: tuple[bytes, int, Any] | None = None
         backoff = self.backoff_initial_s
         last_warning = 0.0
+        next_checkpoint = trio.current_time() + self.checkpoint_interval_s
         try:
             while True:
                 if not batch:
                     await trio.sleep(self.linger_s)
+                    if trio.current_time() >= next_checkpoint:
+                        next_checkpoint = trio.current_time() + self.checkpoint_interval_s
+                        await self._checkpoint()
+                    if self.chained and self.chain is None:
+                        continue  # not before the chain's resume point is known
                     batch = self._take()
                     if not batch:
                         continue
+                    sealed = self._seal(batch)
+                assert sealed is not None
                 try:
                     with trio.fail_after(self.request_timeout_s):
-                        await self._publish(cluster, batch)
+                        await self._publish(cluster, sealed[0])
                 except _Rejected as e:
                     self._dropped_rejected.inc(len(batch))
                     log.warning("audit topic %s rejected %d events: %s", self.topic, len(batch), e)
+                    if sealed[2] is not None:  # never written: recorded as dropped by the next batch
+                        with self._lock:
+                            self._unrecorded += len(batch) + sealed[2][1]
                     batch = []
                     await self._close_all()
                     await trio.sleep(backoff)
@@ -236,11 +312,15 @@ class AuditPublisher:
                     backoff = min(backoff * 2, self.backoff_max_s)
                 else:
                     self.published.inc(len(batch))
+                    if sealed[2] is not None and self.chain is not None:
+                        self.chain.commit(sealed[2][0])
                     batch = []
                     backoff = self.backoff_initial_s
         finally:
             with trio.CancelScope(shield=True):
                 await self._close_all()
+                with trio.move_on_after(2):  # the head at a graceful stop
+                    await self._checkpoint()
 
     # -- produce -----------------------------------------------------------------
 
@@ -320,7 +400,7 @@ class AuditPublisher:
                                                                 cluster.security)
         return stream
 
-    async def _publish(self, cluster: UpstreamCluster, batch: list) -> None:
+    async def _publish(self, cluster: UpstreamCluster, records: bytes) -> None:
         versions = await cluster.ensure_versions()
         if not self._leaders:
             await self._refresh_leaders(cluster, versions)
@@ -332,7 +412,6 @@ class AuditPublisher:
         cls = request_class(PRODUCE, version)
         topic_cls = nested(cls, "topic_data")
         part_cls = nested(topic_cls, "partition_data")
-        records = encode_batch(batch, self.gateway_name)
         body = make(cls, transactional_id=None, acks=i16(-1),
                     timeout=timedelta(seconds=max(1.0, self.request_timeout_s - 1)),
                     topic_data=(make(topic_cls, name=self.topic,

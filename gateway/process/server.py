@@ -10,8 +10,10 @@ initial load), and open each listener only once its event is set.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 from prometheus_client import Gauge
@@ -71,6 +73,8 @@ class Gateway:
         self.authorizer = self._make_authorizer(config)
         self.auth_failures = AuthFailureTracker(self.metrics.registry)
         self.image: MetadataImage | None = None
+        #: the audit publisher when audit.publish is on
+        self.audit_publisher: Any = None
         #: topic names and ids learned from upstream responses (requests by topic id)
         self.topic_ids = TopicCache()
         #: stretched password hashes: the threads that verify them, each client host's turn, and
@@ -251,7 +255,9 @@ class Gateway:
                 publisher = AuditPublisher(
                     cfg.audit.topic, max_buffered=cfg.audit.max_buffered,
                     batch_max_events=cfg.audit.batch_max_events, linger_s=cfg.audit.linger_ms / 1000,
-                    partitions=cfg.audit.partitions, gateway_name=cfg.cluster_id, registry=self.metrics.registry)
+                    partitions=cfg.audit.partitions, gateway_name=cfg.cluster_id, registry=self.metrics.registry,
+                    chained=True, checkpoint_interval_s=cfg.audit.checkpoint_interval_ms / 1000)
+                self.audit_publisher = publisher
                 self.auth_failures.audit = publisher.offer  # failed logins are audit events too
                 self.change_log.add_sink(publisher.offer)  # and every change of security state
                 add_sink = getattr(self.authorizer, "add_audit_sink", None)
@@ -276,6 +282,8 @@ class Gateway:
                 ready_events = {e.listener_name: ev for e, ev in self.authorizer.start(self.server_info()).items()}
             await self.image.load()
             await nursery.start(self.image.follow)
+            if self.audit_publisher is not None:
+                self._attach_audit_chain(self.audit_publisher, self.image)
             nursery.start_soon(self._resume_metadata_writes)
             await self.dynamic_configs.load()
             nursery.start_soon(self.tls.watch)
@@ -295,6 +303,23 @@ class Gateway:
                 self.metrics.ready.labels(listener.name).set(1)
                 log.info("listener %s accepting on %s:%d", listener.name, listener.config.host, port)
             task_status.started(StartedGateway(bound, admin))
+
+    def _attach_audit_chain(self, publisher: Any, image: MetadataImage) -> None:
+        """The audit chain resumes from its last checkpoint in the metadata log."""
+        from authz.audit_chain import CHECKPOINT_RESOURCE_TYPE, ChainWriter, latest_checkpoint
+        from metadata.records import ConfigRecord
+
+        cfg = self.config.audit
+        chain_id = cfg.chain_id or f"{self.config.cluster_id}@{socket.gethostname()}"
+        if self.worker_index is not None:
+            chain_id += f"/worker{self.worker_index}"
+        resume = latest_checkpoint(image.configs.get((CHECKPOINT_RESOURCE_TYPE, chain_id), {}))
+
+        async def write(checkpoint) -> None:
+            await image.append([ConfigRecord(resource_type=CHECKPOINT_RESOURCE_TYPE, resource_name=chain_id,
+                                             name=checkpoint.run, value=checkpoint.to_value())])
+
+        publisher.attach_chain(ChainWriter(chain_id, resume), write)
 
     async def _keep_oauthbearer_keys(self, listener_name: str, keys, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """A listener's OAUTHBEARER verification keys: fetched off the event loop now and every

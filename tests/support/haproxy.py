@@ -26,12 +26,13 @@ class HAProxy:
         self.process.stop(10)
 
 
-def start_haproxy(work: Path, routes: dict[str, tuple[int, str]]) -> HAProxy:
-    """``routes``: name -> (kgw port, "send-proxy" | "send-proxy-v2" | "")."""
+def start_haproxy(work: Path, routes: dict[str, tuple[int, str]], *, ports: dict[str, int] | None = None) -> HAProxy:
+    """``routes``: name -> (target port, "send-proxy" | "send-proxy-v2" | ""); ``ports``: the
+    frontends' ports where they must be known in advance (else free ones)."""
     binary = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
     if binary is None:
         raise ProcessError("haproxy not found: `make setup` installs Debian's haproxy package")
-    ports = {name: free_port() for name in routes}
+    ports = {name: (ports or {}).get(name) or free_port() for name in routes}
     lines = ["global", "    maxconn 256", "defaults", "    mode tcp", "    timeout connect 5s",
              "    timeout client 60s", "    timeout server 60s"]
     for name, (target, option) in routes.items():

@@ -107,6 +107,9 @@ class KafkaCluster:
     #: decides (super user ``admin``; ``allow.everyone.if.no.acl.found=false``)
     sasl_users: dict = field(default_factory=dict)
     oauth: OAuthListener | None = None
+    #: more PLAINTEXT listeners of a single node: NAME -> (bind port, advertised "host:port"), e.g.
+    #: one advertised at a load balancer in front of it (bench/kafka_perf.py)
+    extra_listeners: dict = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
@@ -207,6 +210,10 @@ def _properties(cluster: KafkaCluster, node: KafkaNode) -> str:
             "super.users": "User:admin;User:ANONYMOUS",
             "allow.everyone.if.no.acl.found": "false",
         })
+    for name, (port, advertised) in cluster.extra_listeners.items():
+        props["listeners"] += f",{name}://{HOST}:{port}"
+        props["advertised.listeners"] += f",{name}://{advertised}"
+        props["listener.security.protocol.map"] += f",{name}:PLAINTEXT"
     if cluster.oauth is not None:
         oauth = cluster.oauth
         props["listeners"] += f",OAUTH://{HOST}:{node.oauth_port}"
@@ -267,12 +274,14 @@ def _new(work: Path, count: int, extra: dict | None, sasl_users: dict | None = N
 
 
 def start_kafka(work: Path, *, extra: dict | None = None, sasl_users: dict | None = None,
-                oauth: OAuthListener | None = None) -> KafkaCluster:
+                oauth: OAuthListener | None = None, extra_listeners: dict | None = None) -> KafkaCluster:
     """One combined broker + controller (node id 1); with ``sasl_users`` (must include ``admin``)
     a SASL/PLAIN listener and Kafka's own StandardAuthorizer; with ``oauth`` (and ``sasl_users``)
     also an OAUTHBEARER-only listener (:class:`OAuthListener`)."""
     assert oauth is None or sasl_users, "the OAUTH listener sits beside the SASL/PLAIN one"
-    return _start(_new(work, 1, extra, sasl_users, oauth), "512m")
+    cluster = _new(work, 1, extra, sasl_users, oauth)
+    cluster.extra_listeners = dict(extra_listeners or {})
+    return _start(cluster, "512m")
 
 
 def start_kafka_cluster(work: Path, count: int = 3, *, extra: dict | None = None) -> KafkaCluster:

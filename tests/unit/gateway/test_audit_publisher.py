@@ -268,3 +268,73 @@ async def test_the_first_start_creates_the_topic_quietly_and_publishes(caplog):
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert any(r.getMessage() == f"created audit topic {TOPIC}" for r in caplog.records)
     assert pub.registry.get_sample_value("kgw_audit_publish_errors_total") == 0
+
+
+class RejectingBroker(AuditBroker):
+    """Refuses the first ``reject`` Produce requests for good (RECORD_LIST_TOO_LARGE) and keeps
+    the raw record values of the rest."""
+
+    def __init__(self, reject: int) -> None:
+        super().__init__()
+        self.reject = reject
+        self.values: list[tuple[int, int, bytes]] = []  # (partition, offset in it, value)
+
+    def _body(self, header, body) -> bytes:
+        if header.api_key != 0:
+            return super()._body(header, body)
+        request = decode_request(0, header.api_version, body, header.size)
+        if self.reject:
+            self.reject -= 1
+            cls = response_class(0, header.api_version)
+            topic_cls = cls.__dataclass_fields__["responses"].type.__args__[0]
+            part_cls = topic_cls.__dataclass_fields__["partition_responses"].type.__args__[0]
+            parts = tuple(part_cls(**{k: v for k, v in {
+                "index": p.index, "error_code": ErrorCode.record_list_too_large, "base_offset": -1,
+                "log_append_time": None, "log_start_offset": -1, "record_errors": (), "error_message": "too large",
+            }.items() if k in part_cls.__dataclass_fields__}) for t in request.topic_data for p in t.partition_data)
+            self._notify()
+            return encode(cls(responses=(topic_cls(name=TOPIC, partition_responses=parts),),
+                              throttle_time=timedelta(0)))
+        for t in request.topic_data:
+            for p in t.partition_data:
+                batch, _size = read_batch(p.records, 0)
+                for rec in batch.records:
+                    offset = sum(1 for part, _o, _v in self.values if part == int(p.index))
+                    self.values.append((int(p.index), offset, bytes(rec.value)))
+        return super()._body(header, body)
+
+
+async def test_chained_batches_verify_and_a_refused_batch_is_recorded_as_dropped():
+    from authz.audit_chain import ChainWriter, verify
+
+    broker = RejectingBroker(reject=1)
+    checkpoints: dict[str, dict[str, str]] = {}
+
+    async def write(checkpoint) -> None:
+        checkpoints.setdefault("gw-chain", {})[checkpoint.run] = checkpoint.to_value()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.serve)
+        cluster = UpstreamCluster([f"127.0.0.1:{broker.port}"], 2, 2)
+        pub = AuditPublisher(TOPIC, batch_max_events=3, linger_s=0.01, gateway_name="gw", chained=True,
+                             checkpoint_interval_s=0.05, backoff_initial_s=0.01)
+        await nursery.start(pub.run, cluster)
+        for i in range(3):
+            pub.offer(fields(i))
+        await trio.sleep(0.1)  # the stimulus: linger periods pass with no chain attached ...
+        assert broker.values == [] and broker.batches == 0  # ... and nothing was published
+        pub.attach_chain(ChainWriter("gw-chain"), write)
+        for i in range(3, 9):
+            pub.offer(fields(i))
+        with trio.fail_after(10):
+            await broker.wait_until(lambda: len(broker.values) >= 7)  # 6 events + the "dropped" one
+            while checkpoints.get("gw-chain") is None or '"seq":7' not in next(iter(checkpoints["gw-chain"].values())):
+                await trio.sleep(0.01)  # the next checkpoint interval (its own clock, not a synchronisation)
+        nursery.cancel_scope.cancel()
+    events = [json.loads(v) for _p, _o, v in broker.values]
+    assert [e["seq"] for e in events] == list(range(1, 8))
+    assert events[0]["event"] == "dropped" and events[0]["count"] == 3  # the refused batch, on record
+    assert [e["correlation_id"] for e in events[1:]] == list(range(3, 9))
+    report = verify(broker.values, checkpoints)
+    assert report.ok and report.chains == {"gw-chain": {"events": 7, "runs": 1}}
+    assert not [f for f in report.findings if f.kind == "unverified_tail"]
