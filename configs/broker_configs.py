@@ -165,6 +165,10 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
         add(ConfigDef(prefix + "principal.builder.class", ConfigType.CLASS,
                       "Custom principal builder (import path); empty = built-in.",
                       source_path="listeners.principal_builder"), lc.principal_builder)
+        for key, attr, doc in (("sni.bootstrap.host", "bootstrap_host", "SNI name of the bootstrap address."),
+                               ("sni.broker.host.pattern", "broker_host_pattern", "SNI name of broker {node_id}.")):
+            add(ConfigDef(prefix + key, ConfigType.STRING, doc, source_path=f"listeners.sni.{attr}"),
+                getattr(lc.sni, attr) if lc.sni is not None else None)
         add(ConfigDef(prefix + "proxy.protocol.trusted.networks", ConfigType.LIST,
                       "Networks of the load balancers whose PROXY protocol headers the listener takes; empty = off.",
                       source_path="listeners.proxy_protocol.trusted_networks"),

@@ -147,6 +147,22 @@ class ListenerSaslConfig:
 
 
 @_model
+class SniConfig:
+    """One TLS port for bootstrap and every broker: the name a client asks for in TLS (SNI)
+    says where it goes."""
+
+    bootstrap_host: str
+    """The name of the bootstrap address (e.g. "bootstrap.kgw.example.com")."""
+    broker_host_pattern: str
+    """The name of broker N, with "{node_id}" where N goes (e.g. "broker-{node_id}.kgw.example.com");
+    advertised in Metadata, FindCoordinator, DescribeCluster and KIP-951 endpoints with the
+    listener's advertised_port."""
+
+    def broker_host(self, node_id: int) -> str:
+        return self.broker_host_pattern.replace("{node_id}", str(node_id))
+
+
+@_model
 class ProxyProtocolConfig:
     """The load balancers allowed to speak for clients on a listener."""
 
@@ -188,17 +204,24 @@ class ListenerConfig:
     """SASL settings; present exactly when security_protocol is SASL_PLAINTEXT or SASL_SSL."""
     principal_builder: str | None = None
     """Import path "pkg.mod:Class" of a custom principal builder; None = built-in."""
+    sni: SniConfig | None = None
+    """SNI routing (TLS listeners): one port, brokers told apart by name; no per-broker ports."""
     proxy_protocol: ProxyProtocolConfig | None = None
     """PROXY protocol (v1 and v2) from a load balancer in front: every connection must come from
     one of its trusted networks and open with a header, whose client address kgw then uses
     everywhere; None = off (a header is never accepted)."""
 
     def node_bind_port(self, node_id: int) -> int | None:
-        """Bind port serving upstream node `node_id`; None if it would exceed 65535."""
+        """Bind port serving upstream node `node_id`; None if it would exceed 65535 (or with SNI
+        routing, where the listener's one port serves every node)."""
+        if self.sni is not None:
+            return None
         return _node_port(self.broker_port_base, node_id)
 
     def node_advertised_address(self, node_id: int) -> Address | None:
         """(host, port) advertised for upstream node `node_id`; None if the port would exceed 65535."""
+        if self.sni is not None:
+            return Address(self.sni.broker_host(node_id), self.advertised_port)
         port = _node_port(self.advertised_broker_port_base, node_id)
         return None if port is None else Address(self.advertised_host, port)
 

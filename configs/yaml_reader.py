@@ -42,8 +42,8 @@ from typing import Any
 import yaml
 from authz.credentials import PlainCredential, SaslMechanism, ScramCredential
 from configs.policies import PolicyLoadError, parse_rules
-from configs.gateway_config import AUDIT_LEVELS, AdminConfig, OAuthBearerConfig, AlterConfigsPolicyConfig, AuditConfig, AuthorizerConfig, ClientAuth, ConfigError, GatewayConfig, IoConfig, LOG_FORMATS, LOG_LEVELS, LimitsConfig, ListenerConfig, ListenerSaslConfig, ListenerTlsConfig, LoggingConfig, MetadataConfig, ProxyProtocolConfig, SecurityProtocol, UpstreamConfig, UpstreamOAuthConfig, UpstreamSaslConfig, UpstreamTlsConfig, UsersConfig, WILDCARD_HOSTS
-from configs.yaml_checks import _fraction, _network, _str, _HTTP_URL, _BIND_PORT, _Ctx, _HOST, _IMPORT_PATH, _Invalid, _LISTENER_NAME, _Loader, _MECHANISM, _PORT, _POSITIVE, _PROTOCOL, _Reader, _SCRAM_ITERATIONS, _SCRAM_MECHANISM, _STR, _address, _base64, _bool, _choice, _config_map, _describe, _int, _join, _list, _path, _pbkdf2, _section, _sha256_hex, _yaml_error
+from configs.gateway_config import AUDIT_LEVELS, AdminConfig, OAuthBearerConfig, AlterConfigsPolicyConfig, AuditConfig, AuthorizerConfig, ClientAuth, ConfigError, GatewayConfig, IoConfig, LOG_FORMATS, LOG_LEVELS, LimitsConfig, ListenerConfig, ListenerSaslConfig, ListenerTlsConfig, LoggingConfig, MetadataConfig, ProxyProtocolConfig, SniConfig, SecurityProtocol, UpstreamConfig, UpstreamOAuthConfig, UpstreamSaslConfig, UpstreamTlsConfig, UsersConfig, WILDCARD_HOSTS
+from configs.yaml_checks import _REQUIRED, _fraction, _network, _str, _HTTP_URL, _BIND_PORT, _Ctx, _HOST, _IMPORT_PATH, _Invalid, _LISTENER_NAME, _Loader, _MECHANISM, _PORT, _POSITIVE, _PROTOCOL, _Reader, _SCRAM_ITERATIONS, _SCRAM_MECHANISM, _STR, _address, _base64, _bool, _choice, _config_map, _describe, _int, _join, _list, _path, _pbkdf2, _section, _sha256_hex, _yaml_error
 
 __all__ = ["apply_overrides", "load_config", "parse_config"]
 
@@ -222,7 +222,12 @@ def _listener(ctx: _Ctx, r: _Reader) -> ListenerConfig:
     port = r("port", _BIND_PORT, 9192)
     advertised_host = r("advertised_host", _HOST, None) or ("localhost" if host in WILDCARD_HOSTS else host)
     advertised_port = r("advertised_port", _PORT, None) or port
-    base = r("broker_port_base", _PORT)
+    sni = r("sni", _sni, None)
+    base = r("broker_port_base", _PORT, 0 if sni is not None else _REQUIRED)
+    if sni is not None and protocol not in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL):
+        r.error("sni", f"needs a TLS listener (security_protocol SSL or SASL_SSL), not {protocol}")
+    if sni is not None and r.given("broker_port_base"):
+        r.error("broker_port_base", "not used with sni: every broker is served on the listener's port")
     listener = ListenerConfig(
         name=name,
         security_protocol=protocol,
@@ -237,9 +242,23 @@ def _listener(ctx: _Ctx, r: _Reader) -> ListenerConfig:
         sasl=r("sasl", _listener_sasl, None),
         principal_builder=r("principal_builder", _IMPORT_PATH, None),
         proxy_protocol=r("proxy_protocol", _proxy_protocol, None),
+        sni=sni,
     )
     _check_protocol_sections(r, protocol, tls_required=True)
     return listener
+
+
+_HOST_NAME = _str(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?", "a DNS name")
+_HOST_PATTERN = _str(r"[A-Za-z0-9.-]*\{node_id\}[A-Za-z0-9.-]*", 'a DNS name with "{node_id}" once')
+
+
+@_section(SniConfig)
+def _sni(ctx: _Ctx, r: _Reader) -> SniConfig:
+    config = SniConfig(bootstrap_host=r("bootstrap_host", _HOST_NAME), broker_host_pattern=r("broker_host_pattern",
+                                                                                            _HOST_PATTERN))
+    if config.broker_host_pattern and config.broker_host_pattern.count("{node_id}") != 1:
+        r.error("broker_host_pattern", 'must hold "{node_id}" exactly once')
+    return config
 
 
 @_section(ProxyProtocolConfig)

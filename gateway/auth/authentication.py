@@ -40,7 +40,8 @@ from gateway.auth.oauthbearer import OAuthBearerValidator
 from gateway.auth.failures import AuthenticationFailed, AuthFailureTracker
 from gateway.auth.sasl import SaslSession
 from metadata.scram_credentials import MetadataCredentialStore
-from gateway.auth.tls import peer_certificate, release_tls_stream, server_ssl_context, tls_files_fingerprint, tls_handshake
+from gateway.auth.tls import (SniRoutes, peer_certificate, release_tls_stream, server_ssl_context, tls_files_fingerprint,
+                              tls_handshake)
 
 
 __all__ = ["ConnectionAuth", "ListenerSecurity", "AuthenticationFailed"]
@@ -74,7 +75,10 @@ class ListenerSecurity:
         #: what the TLS files were when ``ssl_context`` was built from them (taken first, so a
         #: change during the build is seen by the next check)
         self.tls_fingerprint = tls_files_fingerprint(cfg.tls) if self.uses_tls else None
-        self.ssl_context = server_ssl_context(cfg.tls) if self.uses_tls else None
+        #: SNI routing (one port for every broker), known brokers being the cluster's
+        self.sni = (SniRoutes(cfg.sni, lambda node_id: node_id in listener.gateway.cluster.nodes)
+                    if cfg.sni is not None and self.uses_tls else None)
+        self.ssl_context = server_ssl_context(cfg.tls, self.sni) if self.uses_tls else None
         rules = cfg.tls.principal_mapping_rules if cfg.tls is not None else "DEFAULT"
         self.builder = load_principal_builder(
             cfg.principal_builder,
@@ -104,7 +108,7 @@ class ListenerSecurity:
         if only_if_changed and fingerprint == self.tls_fingerprint:
             return False
         self.tls_fingerprint = fingerprint
-        self.ssl_context = server_ssl_context(self._config.tls)
+        self.ssl_context = server_ssl_context(self._config.tls, self.sni)
         return True
 
     async def accept(self, stream: trio.abc.Stream, client_address: str) -> tuple[trio.abc.Stream, ConnectionAuth]:

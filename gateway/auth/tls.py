@@ -39,8 +39,10 @@ The handshake returns the peer certificate as DER (``None`` without one);
 from __future__ import annotations
 
 import os
+import re
 import ssl
 from pathlib import Path
+from typing import Any, Callable
 
 import trio
 from cryptography import x509
@@ -73,8 +75,48 @@ class TlsConfigError(ValueError):
 # --------------------------------------------------------------------------- contexts
 
 
-def server_ssl_context(tls_config) -> ssl.SSLContext:
-    """The server-side context of a listener (``ListenerTlsConfig``).
+class SniRoutes:
+    """SNI routing of a listener (``SniConfig``): the name a client asks for in its TLS
+    ClientHello says whether it wants the bootstrap address or broker N.  ``known(N)`` says
+    whether N is a broker the gateway knows; any other name (or none) is refused in the
+    handshake with TLS's unrecognized_name alert."""
+
+    def __init__(self, sni_config: Any, known: Callable[[int], bool]) -> None:
+        self.bootstrap = sni_config.bootstrap_host.lower()
+        before, _, after = sni_config.broker_host_pattern.lower().partition("{node_id}")
+        self._broker = re.compile(re.escape(before) + r"(0|[1-9][0-9]{0,8})" + re.escape(after))
+        self._known = known
+
+    def route(self, server_name: str | None) -> tuple[bool, int | None]:
+        """(True, None): the bootstrap; (True, N): broker N; (False, None): refused."""
+        if not server_name:
+            return False, None
+        name = server_name.lower().rstrip(".")
+        if name == self.bootstrap:
+            return True, None
+        found = self._broker.fullmatch(name)
+        if found is None or not self._known(int(found.group(1))):
+            return False, None
+        return True, int(found.group(1))
+
+    def callback(self, ssl_object: Any, server_name: str | None, _context: ssl.SSLContext) -> int | None:
+        ok, node_id = self.route(server_name)
+        if not ok:
+            ssl_object.kgw_refused_name = server_name or "(none)"  # for the failure's reason
+            return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
+        ssl_object.kgw_node_id = node_id  # read back by sni_node_id() after the handshake
+        return None
+
+
+def sni_node_id(stream: Any) -> int | None:
+    """The node a handshake's SNI name routed to (None: the bootstrap)."""
+    ssl_object = getattr(stream, "_ssl_object", None)  # trio.SSLStream's ssl.SSLObject
+    return getattr(ssl_object, "kgw_node_id", None)
+
+
+def server_ssl_context(tls_config, sni: SniRoutes | None = None) -> ssl.SSLContext:
+    """The server-side context of a listener (``ListenerTlsConfig``); with ``sni``, the client's
+    server name is routed (and an unknown one refused) during the handshake.
 
     :raises TlsConfigError: a file is missing or unreadable, the key does not
         match the certificate, or client_auth is not ``none`` without a ca_file.
@@ -96,6 +138,8 @@ def server_ssl_context(tls_config) -> ssl.SSLContext:
         # them costs ~0.4 ms per handshake (a third of an mTLS handshake), and
         # Kafka clients keep connections for hours, so resumption rarely pays.
         ctx.num_tickets = 0
+    if sni is not None:
+        ctx.sni_callback = sni.callback
     return ctx
 
 
@@ -223,7 +267,11 @@ async def tls_handshake(
         try:
             await ssl_stream.do_handshake()
         except trio.BrokenResourceError as exc:
+            refused = getattr(getattr(ssl_stream, "_ssl_object", None), "kgw_refused_name", None)
             release_tls_stream(ssl_stream)
+            if refused is not None:
+                raise AuthenticationFailed(f"TLS server name {refused} is not served on this listener (SNI: "
+                                           "neither its bootstrap name nor a known broker's)") from exc
             raise AuthenticationFailed(_describe_failure(exc, recorder.first)) from exc
     if scope.cancelled_caught:
         release_tls_stream(ssl_stream)

@@ -28,7 +28,7 @@ from protocol.framing import NEED_DATA, FrameDecoder
 from protocol.headers import RequestHeader
 from gateway.auth.authentication import AuthenticationFailed
 from gateway.connection.fast_io import discard_until_closed, fast_stream, half_close, receive, trio_deadline
-from gateway.auth.tls import release_tls_stream
+from gateway.auth.tls import release_tls_stream, sni_node_id
 from gateway.upstream.cluster import UpstreamUnavailable
 from gateway.connection.upstream_queries import settle
 from gateway.connection.core import (
@@ -76,6 +76,8 @@ class ClientConnection(ConnectionCore):
             return
         if self.auth.principal is not None:
             self.principal = self.auth.principal
+        if self.listener.security.sni is not None:  # one port: the TLS server name chose the broker
+            self.node_id = sni_node_id(self.stream)
         self.stream = fast_stream(self.stream)
         try:
             async with trio.open_nursery() as nursery:

@@ -171,6 +171,8 @@ class Listener:
 
 
     def has_node_port(self, node_id: int) -> bool:
+        if self.config.sni is not None:  # the listener's one port serves every known broker
+            return node_id in self.gateway.cluster.nodes
         return node_id in self._node_ports
 
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -192,6 +194,8 @@ class Listener:
 
     def _open_node_port(self, node_id: int) -> None:
         # Trio and the data-plane thread may both learn a new broker: one of them binds.
+        if self.config.sni is not None:
+            return  # SNI routing: the listener's one port serves this broker too
         with self._node_ports_lock:
             if node_id in self._node_ports or self._nursery is None:
                 return

@@ -45,6 +45,26 @@ def _leaders(admin: AdminClient, topic: str, count: int) -> dict[int, int]:
         assert time.monotonic() < deadline, f"{topic} has partitions without a leader: {leaders}"
 
 
+def move_leader(cluster, direct: AdminClient, topic: str, work) -> int:
+    """Make another replica partition 0's leader, with Kafka's own tools straight at the
+    cluster (reassignment with it first, then a preferred election); returns the new leader."""
+    old, replicas = _leader(direct, topic)
+    new = next(r for r in replicas if r != old)
+    plan = work / f"reassign-{topic}.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [new] + [r for r in replicas if r != new]}]}))
+    done = run_tool("org.apache.kafka.tools.reassign.ReassignPartitionsCommand", "--bootstrap-server",
+                    cluster.bootstrap, "--reassignment-json-file", str(plan), "--execute", work=work)
+    assert done.returncode == 0, done.stderr
+    deadline = time.monotonic() + T
+    while True:
+        done = run_tool("org.apache.kafka.tools.LeaderElectionCommand", "--bootstrap-server", cluster.bootstrap,
+                        "--election-type", "preferred", "--topic", topic, "--partition", "0", work=work)
+        if _leader(direct, topic)[0] == new:
+            return new
+        assert time.monotonic() < deadline, f"leader did not move to {new}: {done.stdout} {done.stderr}"
+
+
 def test_three_brokers_behind_kgw_replication_factor_three(kafka_cluster, kafka_gateway, topic_name):
     gw = kafka_gateway(upstream=kafka_cluster)
     admin = AdminClient({"bootstrap.servers": gw.bootstrap, **COMMON})
@@ -76,22 +96,8 @@ def test_kip951_leader_endpoint_after_a_leader_change_is_a_gateway_address(kafka
     gw = kafka_gateway(upstream=kafka_cluster)
     direct = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap, **COMMON})
     direct.create_topics([NewTopic(topic_name, 1, 3)], operation_timeout=15)[topic_name].result(timeout=T)
-    old, replicas = _leader(direct, topic_name)
-    new = next(r for r in replicas if r != old)
-    # move the preferred leader to `new` and elect it, with Kafka's own tools straight at the cluster
-    plan = tmp_path / "reassign.json"
-    plan.write_text(json.dumps({"version": 1, "partitions": [
-        {"topic": topic_name, "partition": 0, "replicas": [new] + [r for r in replicas if r != new]}]}))
-    done = run_tool("org.apache.kafka.tools.reassign.ReassignPartitionsCommand", "--bootstrap-server",
-                    kafka_cluster.bootstrap, "--reassignment-json-file", str(plan), "--execute", work=tmp_path)
-    assert done.returncode == 0, done.stderr
-    deadline = time.monotonic() + T
-    while True:
-        done = run_tool("org.apache.kafka.tools.LeaderElectionCommand", "--bootstrap-server", kafka_cluster.bootstrap,
-                        "--election-type", "preferred", "--topic", topic_name, "--partition", "0", work=tmp_path)
-        if _leader(direct, topic_name)[0] == new:
-            break
-        assert time.monotonic() < deadline, f"leader did not move to {new}: {done.stdout} {done.stderr}"
+    old, _replicas = _leader(direct, topic_name)
+    new = move_leader(kafka_cluster, direct, topic_name, tmp_path)
     # a client that still thinks `old` leads: Produce v12 to old's gateway port
     cls = request_class(0, 12)
     tcls = nested(cls, "topic_data")
