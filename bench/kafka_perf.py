@@ -35,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as bg  # noqa: E402
+from tests.support.acls import add_acl  # noqa: E402
 from tests.support.cluster import base_gateway_config, deep_merge, launch_gateway  # noqa: E402
 from tests.support.haproxy import start_haproxy  # noqa: E402
 from tests.support.kafka import run_tool, start_kafka  # noqa: E402
@@ -66,7 +67,7 @@ def produce(bootstrap: str, topic: str, records: int, size: int, work: Path) -> 
 
 def consume(bootstrap: str, topic: str, records: int, work: Path) -> float:
     out = _tool("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic,
-                "--num-records", str(records), "--timeout", "60000", "--group", f"perf-{uuid.uuid4().hex[:8]}",
+                "--num-records", str(records), "--timeout", "60000", "--group", f"kgw-bench-perf-{uuid.uuid4().hex[:8]}",
                 "--command-property", "fetch.max.bytes=52428800", "--command-property",
                 "max.partition.fetch.bytes=4194304", work=work)
     lines = [line for line in out.splitlines() if line.strip()]
@@ -90,6 +91,8 @@ def _gateway(name: str, kafka, work: Path, acls: int):
     extra: dict = {"logging": {"level": "WARNING"}}
     if acls:
         bg.seed_acls(meta, acls)
+        # EndToEndLatency names its own consumer group ("test-group-<time>"), whatever it is told
+        add_acl(meta, "--operation", "READ", "--group", "test-group-", "--resource-pattern-type", "prefixed")
         extra["authorizer"] = {"class_name": "authz.standard_authorizer:StandardAuthorizer"}
     config = deep_merge(base_gateway_config(kafka.bootstrap, meta, kafka.node_ids), extra)
     return launch_gateway(name, config, work, node_ids=kafka.node_ids)
@@ -126,7 +129,8 @@ def main() -> int:
             for round_no in range(args.rounds):
                 order = PATHS[round_no % 4:] + PATHS[:round_no % 4]
                 for path in order:
-                    topic = f"perf-{path.replace('+', '-')}-{round_no}-{uuid.uuid4().hex[:6]}"
+                    # bench_acls let the client write and read "bench-" topics, with "kgw-bench-" groups
+                    topic = f"bench-perf-{path.replace('+', '-')}-{round_no}-{uuid.uuid4().hex[:6]}"
                     pid = pids.get(path)
                     cpu0 = bg.cpu_seconds(pid) if pid else 0.0
                     produced = produce(bootstrap[path], topic, args.records, args.record_size, work)
