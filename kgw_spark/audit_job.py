@@ -80,15 +80,17 @@ def _resum(df):
                                         F.sum("denied").cast("long").alias("denied"))
 
 
-def run_batch(spark, options: dict[str, str], out: Path) -> Path:
-    df = spark.read.format("kgw").options(**options).load()
+def run_batch(spark, options: dict[str, str], out: Path, source: str = "kgw") -> Path:
+    """``source``: ``kgw`` (this package's data source, Python on the executors) or ``kafka``
+    (Spark's own connector, JVM only: what a cluster without kgw installed runs)."""
+    df = spark.read.format(source).options(**options).load()
     target = Path(out) / "per_minute"
     aggregate(df).orderBy(*KEY_COLUMNS).write.mode("overwrite").parquet(str(target))
     return target
 
 
 def run_stream(spark, options: dict[str, str], out: Path, checkpoint: Path | None = None,
-               timeout_s: float | None = None) -> Path:
+               timeout_s: float | None = None, source: str = "kgw") -> Path:
     out = Path(out)
     increments = out / "_increments"
     checkpoint = checkpoint or out / "_checkpoint"
@@ -96,7 +98,7 @@ def run_stream(spark, options: dict[str, str], out: Path, checkpoint: Path | Non
     def write_increment(batch_df, batch_id: int) -> None:
         aggregate(batch_df).write.mode("overwrite").parquet(str(increments / f"batch={batch_id}"))
 
-    stream = spark.readStream.format("kgw").options(**options).load()
+    stream = spark.readStream.format(source).options(**options).load()
     query = (stream.writeStream.foreachBatch(write_increment)
              .option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start())
@@ -253,15 +255,22 @@ td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:left}}</style></head>
 # --------------------------------------------------------------------------- command line
 
 
-def build_spark(master: str = "local[2]"):
+def build_spark(master: str | None = "local[2]", jars: list[str] | None = None, conf: dict[str, str] | None = None):
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (SparkSession.builder.master(master).appName("kgw-audit-report")
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "4")
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
+    builder = SparkSession.builder
+    if master:  # else spark-submit's --master (or Spark's default, local[*])
+        builder = builder.master(master)
+    builder = (builder.appName("kgw-audit-report")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.session.timeZone", "UTC"))
+    if jars:  # Spark's Kafka connector for --source kafka: shipped to the executors by Spark
+        builder = builder.config("spark.jars", ",".join(jars))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     from kgw_spark.source import register
 
     register(spark)
@@ -358,10 +367,17 @@ def run(spark, args, options: dict[str, str] | None = None) -> Path:
     options = options or source_options(args.bootstrap, args.topic, kafka_options(args))
     out = Path(args.out)
     if args.stream:
-        per_minute = run_stream(spark, options, out, Path(args.checkpoint) if args.checkpoint else None)
+        per_minute = run_stream(spark, options, out, Path(args.checkpoint) if args.checkpoint else None,
+                                source=args.source)
     else:
-        per_minute = run_batch(spark, options, out)
+        per_minute = run_batch(spark, options, out, source=args.source)
     return write_report(per_minute, out / "report.html")
+
+
+def _setting(text: str) -> str:
+    if "=" not in text or text.startswith("="):
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return text
 
 
 def parse_args(argv=None):
@@ -374,7 +390,14 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True, help="output directory (per_minute/ Parquet, report.html)")
     p.add_argument("--stream", action="store_true", help="resumable streaming run (Trigger.AvailableNow)")
     p.add_argument("--checkpoint", help="checkpoint directory (default <out>/_checkpoint)")
-    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    p.add_argument("--master", help="Spark master: spark://host:7077 for a standalone cluster, yarn, k8s://...; "
+                   "default: spark-submit's --master, or local[*] when run with python -m")
+    p.add_argument("--source", choices=["kgw", "kafka"], default="kgw",
+                   help="kgw: this package's data source (kgw installed on every executor); kafka: Spark's own "
+                   "connector (give its jars with --jars, or spark-submit --packages)")
+    p.add_argument("--jars", help="comma-separated jars for the session (Spark's Kafka connector and its dependencies)")
+    p.add_argument("--spark-conf", action="append", metavar="KEY=VALUE", type=_setting,
+                   help="a Spark setting, e.g. spark.executor.memory=512m (repeatable)")
     p.add_argument("--command-config", metavar="FILE",
                    help="client properties, as Kafka's tools take them: security.protocol=SASL_SSL, "
                    "sasl.mechanism=SCRAM-SHA-512, sasl.jaas.config=..., ssl.truststore.location=ca.pem")
@@ -394,7 +417,8 @@ def main(argv=None) -> int:
     if problem:
         print(f"audit_job: {problem}", file=sys.stderr)
         return 2
-    spark = build_spark(args.master)
+    conf = dict(item.split("=", 1) for item in args.spark_conf or [])
+    spark = build_spark(args.master, args.jars.split(",") if args.jars else None, conf)
     try:
         report = run(spark, args, options)
     finally:
