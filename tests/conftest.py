@@ -18,6 +18,7 @@ runs never start tansu or kgw.
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -209,6 +210,21 @@ def kafka_gateway(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ca
     finally:
         for gw in reversed(started):
             gw.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_log_handlers() -> Iterator[None]:
+    """A test that runs kgw's CLI in process (``configure_logging``) leaves a root handler on the
+    stderr pytest captured for it, closed once the test ends: later tests' log lines would turn
+    into "--- Logging error ---" on their own captured stderr.  Handlers a test added (pytest's
+    own aside) and the root level are put back."""
+    root = logging.getLogger()
+    before, level = set(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in before and not type(handler).__module__.startswith("_pytest"):
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 _TOPIC_BAD = re.compile(r"[^A-Za-z0-9._-]+")
