@@ -353,6 +353,7 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
         ("audit.publish.batch.max.events", "batch_max_events", ConfigType.INT, "500",
          "Events per Produce request at most."),
         ("audit.publish.linger.ms", "linger_ms", ConfigType.INT, "200", "How long a batch waits for more events."),
+        ("audit.publish.format", "format", ConfigType.STRING, "kgw", "Schema of published audit events: kgw or ocsf."),
         ("audit.chain.id", "chain_id", ConfigType.STRING, None, "The hash chain this process's audit events form."),
         ("audit.chain.checkpoint.interval.ms", "checkpoint_interval_ms", ConfigType.INT, "10000",
          "How often the audit chain's head is written to the metadata log."),

@@ -462,6 +462,9 @@ class AuditConfig:
     """Events per Produce request."""
     linger_ms: int = 200
     """How often buffered events are sent."""
+    format: str = "kgw"
+    """The published events' schema: "kgw" (authz/audit_events.py; what kgw_spark.audit_job
+    reads) or "ocsf" (OCSF 1.3.0 API Activity and Authentication events, authz/audit_ocsf.py)."""
     chain_id: str | None = None
     """The hash chain this process's events form (authz/audit_chain.py); a restart with the same
     id resumes it from its last checkpoint. Default "<cluster_id>@<host name>" (and

@@ -481,6 +481,7 @@ def _audit(ctx: _Ctx, r: _Reader) -> AuditConfig:
         max_buffered=r("max_buffered", _POSITIVE, 10000),
         batch_max_events=r("batch_max_events", _POSITIVE, 500),
         linger_ms=r("linger_ms", _POSITIVE, 200),
+        format=r("format", _choice("kgw", "ocsf"), "kgw"),
         chain_id=r("chain_id", _STR, None),
         checkpoint_interval_ms=r("checkpoint_interval_ms", _POSITIVE, 10000),
     )

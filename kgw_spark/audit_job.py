@@ -3,9 +3,9 @@
 Reads the JSON audit events kgw publishes (gateway/process/audit_publisher.py)
 *through kgw* with the ``kgw`` data source, and writes
 
-* ``<out>/per_minute/`` -- Parquet, one row per (minute, principal, resource,
-  operation) with ``allowed`` and ``denied`` counts (``minute`` is the UTC
-  start of the minute of the decision time);
+* ``<out>/per_minute/`` -- Parquet, partitioned ``date=YYYY-MM-DD/gateway=<cluster id>``, one
+  row per (minute, principal, resource, operation, ...) with ``allowed`` and ``denied`` counts
+  (``minute`` is the UTC start of the minute of the decision time);
 * ``<out>/report.html`` -- a self-contained page (inline SVG, no scripts,
   no Spark needed to open it): denials per minute and the top denied
   principals.
@@ -45,11 +45,13 @@ from authz.audit_events import spark_schema
 __all__ = ["aggregate", "run_batch", "run_stream", "write_report", "main"]
 
 EVENT_SCHEMA = spark_schema(("ts_ms", "event", "principal", "allowed", "operation", "resource", "api", "listener",
-                             "client_address", "client_id"))
+                             "client_address", "client_id", "gateway"))
 #: what each per-minute row is counted by: the kind of event ("authorization", "authentication"
 #: or "change"), who, what, with which request and client, from where
 KEY_COLUMNS = ["minute", "event", "principal", "resource", "operation", "api", "listener", "client_address",
-               "client_id"]
+               "client_id", "gateway"]
+#: the Parquet output's directories: date=YYYY-MM-DD/gateway=<the gateway's cluster id>
+PARTITION_COLUMNS = ["date", "gateway"]
 
 
 def source_options(bootstrap: str, topic: str, kafka_options: dict[str, str] | None = None) -> dict[str, str]:
@@ -60,43 +62,74 @@ def source_options(bootstrap: str, topic: str, kafka_options: dict[str, str] | N
     return opts
 
 
-def aggregate(df):
-    """Kafka rows (``value`` = audit JSON) -> per-minute allowed/denied counts."""
+#: the OCSF attributes the job reads (``audit.format: ocsf``, authz/audit_ocsf.py)
+OCSF_SCHEMA = ("time long, status_id int, actor struct<user:struct<uid:string>, app_name:string>, "
+               "user struct<uid:string>, api struct<operation:string>, resources array<struct<uid:string>>, "
+               "src_endpoint struct<ip:string>, dst_endpoint struct<svc_name:string>, "
+               "unmapped struct<event:string, operation:string, gateway:string>")
+
+
+def _events(df, event_format: str = "kgw"):
+    """The audit events of Kafka rows, as the kgw format's columns whatever the format."""
     from pyspark.sql import functions as F
 
-    events = df.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
+    value = F.col("value").cast("string")
+    if event_format != "ocsf":
+        return df.select(F.from_json(value, EVENT_SCHEMA).alias("e")).select("e.*")
+    o = df.select(F.from_json(value, OCSF_SCHEMA).alias("o")).select("o.*")
+    return o.select(
+        F.col("time").alias("ts_ms"), F.col("unmapped.event").alias("event"),
+        F.coalesce(F.col("actor.user.uid"), F.col("user.uid")).alias("principal"),
+        (F.col("status_id") == 1).alias("allowed"), F.col("unmapped.operation").alias("operation"),
+        F.col("resources").getItem(0).getField("uid").alias("resource"), F.col("api.operation").alias("api"),
+        F.col("dst_endpoint.svc_name").alias("listener"), F.col("src_endpoint.ip").alias("client_address"),
+        F.col("actor.app_name").alias("client_id"), F.col("unmapped.gateway").alias("gateway"))
+
+
+def aggregate(df, event_format: str = "kgw"):
+    """Kafka rows (``value`` = audit JSON, kgw or OCSF) -> per-minute allowed/denied counts."""
+    from pyspark.sql import functions as F
+
+    events = _events(df, event_format)
     events = events.where(F.col("ts_ms").isNotNull() & F.col("principal").isNotNull())
-    return (events
-            .withColumn("minute", F.date_trunc("minute", F.timestamp_millis("ts_ms")))
-            .groupBy(*KEY_COLUMNS)
-            .agg(F.sum(F.when(F.col("allowed"), 1).otherwise(0)).cast("long").alias("allowed"),
-                 F.sum(F.when(F.col("allowed"), 0).otherwise(1)).cast("long").alias("denied")))
+    return _dated(events
+                  .withColumn("minute", F.date_trunc("minute", F.timestamp_millis("ts_ms")))
+                  .withColumn("gateway", F.coalesce(F.col("gateway"), F.lit("-")))
+                  .groupBy(*KEY_COLUMNS)
+                  .agg(F.sum(F.when(F.col("allowed"), 1).otherwise(0)).cast("long").alias("allowed"),
+                       F.sum(F.when(F.col("allowed"), 0).otherwise(1)).cast("long").alias("denied")))
+
+
+def _dated(df):
+    from pyspark.sql import functions as F
+
+    return df.withColumn("date", F.date_format("minute", "yyyy-MM-dd"))
 
 
 def _resum(df):
     from pyspark.sql import functions as F
 
-    return df.groupBy(*KEY_COLUMNS).agg(F.sum("allowed").cast("long").alias("allowed"),
-                                        F.sum("denied").cast("long").alias("denied"))
+    return _dated(df.groupBy(*KEY_COLUMNS).agg(F.sum("allowed").cast("long").alias("allowed"),
+                                               F.sum("denied").cast("long").alias("denied")))
 
 
-def run_batch(spark, options: dict[str, str], out: Path, source: str = "kgw") -> Path:
+def run_batch(spark, options: dict[str, str], out: Path, source: str = "kgw", event_format: str = "kgw") -> Path:
     """``source``: ``kgw`` (this package's data source, Python on the executors) or ``kafka``
     (Spark's own connector, JVM only: what a cluster without kgw installed runs)."""
     df = spark.read.format(source).options(**options).load()
     target = Path(out) / "per_minute"
-    aggregate(df).orderBy(*KEY_COLUMNS).write.mode("overwrite").parquet(str(target))
+    aggregate(df, event_format).orderBy(*KEY_COLUMNS).write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(str(target))
     return target
 
 
 def run_stream(spark, options: dict[str, str], out: Path, checkpoint: Path | None = None,
-               timeout_s: float | None = None, source: str = "kgw") -> Path:
+               timeout_s: float | None = None, source: str = "kgw", event_format: str = "kgw") -> Path:
     out = Path(out)
     increments = out / "_increments"
     checkpoint = checkpoint or out / "_checkpoint"
 
     def write_increment(batch_df, batch_id: int) -> None:
-        aggregate(batch_df).write.mode("overwrite").parquet(str(increments / f"batch={batch_id}"))
+        aggregate(batch_df, event_format).write.mode("overwrite").parquet(str(increments / f"batch={batch_id}"))
 
     stream = spark.readStream.format(source).options(**options).load()
     query = (stream.writeStream.foreachBatch(write_increment)
@@ -112,7 +145,7 @@ def run_stream(spark, options: dict[str, str], out: Path, checkpoint: Path | Non
     if increments.exists() and any(increments.glob("batch=*")):
         # Read the increments with their schema (batch dirs may be empty).
         _resum(spark.read.parquet(str(increments))).orderBy(*KEY_COLUMNS) \
-            .write.mode("overwrite").parquet(str(target))
+            .write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(str(target))
     return target
 
 
@@ -185,8 +218,11 @@ def write_report(per_minute: Path, report: Path, top_n: int = 10) -> Path:
     import pyarrow.parquet as pq
 
     per_minute, report = Path(per_minute), Path(report)
-    if per_minute.exists() and any(per_minute.glob("*.parquet")):
+    if per_minute.exists() and any(per_minute.rglob("*.parquet")):
         df = pq.read_table(str(per_minute)).to_pandas()
+        for column in PARTITION_COLUMNS:  # partition columns come back as categories
+            if column in df:
+                df[column] = df[column].astype(str)
     else:
         df = pd.DataFrame(columns=KEY_COLUMNS + ["allowed", "denied"])
     for column in ("listener", "client_address"):
@@ -368,9 +404,9 @@ def run(spark, args, options: dict[str, str] | None = None) -> Path:
     out = Path(args.out)
     if args.stream:
         per_minute = run_stream(spark, options, out, Path(args.checkpoint) if args.checkpoint else None,
-                                source=args.source)
+                                source=args.source, event_format=args.format)
     else:
-        per_minute = run_batch(spark, options, out, source=args.source)
+        per_minute = run_batch(spark, options, out, source=args.source, event_format=args.format)
     return write_report(per_minute, out / "report.html")
 
 
@@ -395,6 +431,8 @@ def parse_args(argv=None):
     p.add_argument("--source", choices=["kgw", "kafka"], default="kgw",
                    help="kgw: this package's data source (kgw installed on every executor); kafka: Spark's own "
                    "connector (give its jars with --jars, or spark-submit --packages)")
+    p.add_argument("--format", choices=["kgw", "ocsf"], default="kgw",
+                   help="the audit events' schema, as the gateway's audit.format (default kgw)")
     p.add_argument("--jars", help="comma-separated jars for the session (Spark's Kafka connector and its dependencies)")
     p.add_argument("--spark-conf", action="append", metavar="KEY=VALUE", type=_setting,
                    help="a Spark setting, e.g. spark.executor.memory=512m (repeatable)")

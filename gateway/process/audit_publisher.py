@@ -71,6 +71,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from authz.audit_chain import ChainWriter
 from authz.audit_events import audit_event
+from authz.audit_ocsf import to_ocsf
 from gateway.upstream.cluster import UpstreamCluster, UpstreamUnavailable, open_upstream, roundtrip
 from gateway.upstream.security import session_ending
 from protocol.apis.api_versions import KIO_VERSIONS
@@ -107,7 +108,8 @@ def encode_batch(events: list[tuple[float, Mapping[str, Any]]], gateway: str | N
 
 
 def encode_events(events: list[dict[str, Any]], values: list[bytes]) -> bytes:
-    """One record batch v2 of these events' record values (key = principal, timestamp = the event's)."""
+    """One record batch v2 of these (kgw-format) events' record values, in whatever format
+    ``values`` hold (key = the principal, timestamp = the event's time)."""
     records = []
     for i, (event, value) in enumerate(zip(events, values)):
         principal = event.get("principal")
@@ -146,6 +148,7 @@ class AuditPublisher:
         clock=time.time,
         chained: bool = False,
         checkpoint_interval_s: float = 10.0,
+        event_format: str = "kgw",
     ) -> None:
         if max_buffered < 1 or batch_max_events < 1:
             raise ValueError("max_buffered and batch_max_events must be positive")
@@ -161,6 +164,8 @@ class AuditPublisher:
         self.replication_factor = replication_factor
         self.gateway_name = gateway_name
         self._clock = clock
+        #: "kgw" (authz/audit_events.py) or "ocsf" (authz/audit_ocsf.py)
+        self.event_format = event_format
         #: tamper evidence: nothing is published until :meth:`attach_chain` when ``chained``
         self.chained = chained
         self.chain: ChainWriter | None = None
@@ -225,7 +230,7 @@ class AuditPublisher:
         leads to (None without a chain)."""
         events = [audit_event(fields, ts, self.gateway_name) for ts, fields in batch]
         if self.chain is None:
-            return encode_events(events, [json.dumps(e, separators=(",", ":"), default=str).encode()
+            return encode_events(events, [json.dumps(self._formatted(e), separators=(",", ":"), default=str).encode()
                                           for e in events]), len(events), None
         with self._lock:
             dropped, self._unrecorded = self._unrecorded, 0
@@ -235,8 +240,11 @@ class AuditPublisher:
             marker = {k: marker[k] for k in ("time", "ts_ms", "event", "gateway") if k in marker}
             marker.update(count=dropped, reason="events offered but not published (buffer full or refused)")
             events.insert(0, marker)
-        values, head = self.chain.seal_batch(events)
+        values, head = self.chain.seal_batch([self._formatted(e) for e in events])
         return encode_events(events, values), len(events), (head, dropped)
+
+    def _formatted(self, event: dict[str, Any]) -> dict[str, Any]:
+        return to_ocsf(event) if self.event_format == "ocsf" else event
 
     async def _checkpoint(self) -> None:
         chain = self.chain

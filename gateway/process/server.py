@@ -256,7 +256,8 @@ class Gateway:
                     cfg.audit.topic, max_buffered=cfg.audit.max_buffered,
                     batch_max_events=cfg.audit.batch_max_events, linger_s=cfg.audit.linger_ms / 1000,
                     partitions=cfg.audit.partitions, gateway_name=cfg.cluster_id, registry=self.metrics.registry,
-                    chained=True, checkpoint_interval_s=cfg.audit.checkpoint_interval_ms / 1000)
+                    chained=True, checkpoint_interval_s=cfg.audit.checkpoint_interval_ms / 1000,
+                    event_format=cfg.audit.format)
                 self.audit_publisher = publisher
                 self.auth_failures.audit = publisher.offer  # failed logins are audit events too
                 self.change_log.add_sink(publisher.offer)  # and every change of security state

@@ -33,6 +33,10 @@ def _metadata(bootstrap: str, topic: str, count: int, expected: int) -> None:
             assert int(conn.call(3, 12, body).topics[0].error_code) == expected
 
 
+def _yesterday() -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400))  # a run across midnight UTC
+
+
 def _published(gw) -> float:
     text = urllib.request.urlopen(f"{gw.admin_url}/metrics", timeout=5).read().decode()
     return next((float(line.split()[1]) for line in text.splitlines()
@@ -88,3 +92,7 @@ def test_the_audit_job_runs_on_a_standalone_cluster_with_sparks_kafka_source(tan
     assert totals.loc[f"Topic:LITERAL:{allowed_topic}"].tolist() == [4, 0]
     assert totals.loc[f"Topic:LITERAL:{denied_topic}"].tolist() == [0, 3]
     assert (out / "report.html").exists()
+    # Parquet partitioned by date and gateway (the events' "gateway": the gateway's cluster id)
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    assert any((out / "per_minute").glob(f"date=*/gateway={gw.config.get('cluster_id', 'kgw')}/*.parquet"))
+    assert {p.name for p in (out / "per_minute").glob("date=*")} <= {f"date={today}", f"date={_yesterday()}"}

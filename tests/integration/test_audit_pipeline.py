@@ -273,3 +273,39 @@ def test_audit_job_on_a_secured_gateway_counts_failed_logins_and_renders(spark, 
     labels = chart.split()
     assert "allowed" in labels and "denied" in labels  # the legend
     assert all(str(tick) in labels for tick in nice_ticks(peak)), (nice_ticks(peak), chart)
+
+
+def test_ocsf_events_are_counted_like_kgw_ones(spark, tansu, start_gateway, tmp_path):
+    """``audit.format: ocsf``: the gateway publishes OCSF API Activity events and the job, told
+    ``ocsf``, counts them as it counts the kgw format's."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from gateway.cli.audit import read_topic
+    from kgw_spark.audit_job import run_batch, source_options
+    from tests.integration.test_spark_source import create_topic
+
+    uid = tmp_path.name[-12:].strip("_-") or "x"
+    topic_a, topic_b, audit = f"ocsf-ok-{uid}", f"ocsf-denied-{uid}", f"kgw-audit-ocsf-{uid}"
+    create_topic(tansu.bootstrap, topic_a, 1)
+    name = "kgw-audit-ocsf"
+    data_dir = tmp_path / name / "metadata"
+    _seed(data_dir, "--operation", "DESCRIBE", "--topic", topic_a)
+    for op in ("READ", "DESCRIBE"):
+        _seed(data_dir, "--operation", op, "--topic", audit)
+    gw = start_gateway({"authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer", "config": {}},
+                        "audit": {"publish": True, "topic": audit, "linger_ms": 50, "format": "ocsf"}}, name=name)
+    seen = _metadata_requests(gw.bootstrap, [(topic_a, 0)] * 2 + [(topic_b, 29)] * 3)
+    assert seen == {(topic_a, 0): 2, (topic_b, 29): 3}
+    _wait_published(gw, 5)
+    values = [json.loads(v) for _p, _o, v in read_topic({"bootstrap.servers": tansu.bootstrap}, audit)]
+    assert {e["class_uid"] for e in values} == {6003} and all("hash" in e for e in values)
+
+    out = tmp_path / "ocsf-out"
+    run_batch(spark, source_options(gw.bootstrap, audit), out, event_format="ocsf")
+    df = pq.read_table(str(out / "per_minute")).to_pandas()
+    totals = df.groupby("resource")[["allowed", "denied"]].sum()
+    assert totals.loc[f"Topic:LITERAL:{topic_a}"].tolist() == [2, 0]
+    assert totals.loc[f"Topic:LITERAL:{topic_b}"].tolist() == [0, 3]
+    assert set(df["principal"]) >= {"User:ANONYMOUS"} and set(df["event"]) >= {"authorization"}

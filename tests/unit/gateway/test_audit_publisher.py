@@ -338,3 +338,30 @@ async def test_chained_batches_verify_and_a_refused_batch_is_recorded_as_dropped
     report = verify(broker.values, checkpoints)
     assert report.ok and report.chains == {"gw-chain": {"events": 7, "runs": 1}}
     assert not [f for f in report.findings if f.kind == "unverified_tail"]
+
+
+async def test_ocsf_events_are_chained_and_verify_too():
+    from authz.audit_chain import ChainWriter, verify
+
+    broker = RejectingBroker(reject=0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.serve)
+        cluster = UpstreamCluster([f"127.0.0.1:{broker.port}"], 2, 2)
+        pub = AuditPublisher(TOPIC, batch_max_events=5, linger_s=0.01, gateway_name="gw", chained=True,
+                             event_format="ocsf")
+
+        async def write(_checkpoint) -> None:
+            return None
+
+        pub.attach_chain(ChainWriter("gw-ocsf"), write)
+        await nursery.start(pub.run, cluster)
+        for i in range(4):
+            pub.offer(fields(i, allowed=i % 2 == 0))
+        with trio.fail_after(10):
+            await broker.wait_until(lambda: len(broker.values) >= 4)
+        nursery.cancel_scope.cancel()
+    events = [json.loads(v) for _p, _o, v in broker.values]
+    assert [(e["class_uid"], e["status_id"], e["seq"]) for e in events] == [(6003, 1, 1), (6003, 2, 2),
+                                                                            (6003, 1, 3), (6003, 2, 4)]
+    assert all(e["actor"]["user"]["uid"] in ("User:u0", "User:u1") and "principal" not in e for e in events)
+    assert verify(broker.values, {}).ok

@@ -136,3 +136,24 @@ async def test_a_listener_without_proxy_protocol_never_takes_a_header(nursery, t
         assert await _closed_unanswered(await _client(port, header))  # the header is a bad Kafka frame
     assert not [r for r in broker.received if r[0] == 16]
     assert not [c for c in gateway.connections if c.peer[0] == ALLOWED]
+
+
+async def test_a_tls_listener_reads_the_header_before_the_handshake(nursery, tmp_path):
+    import ssl
+
+    from tests.unit.gateway.certs import make_pki
+
+    (tmp_path / "pki").mkdir()
+    pki = make_pki(tmp_path / "pki")
+    broker = await nursery.start(FakeBroker().serve)
+    listener = {**_listener(["127.0.0.1/32"]), "security_protocol": "SSL",
+                "tls": {"cert_file": str(pki.server.cert_file), "key_file": str(pki.server.key_file)}}
+    gateway, port = await _start_gateway(nursery, tmp_path, broker, False, listeners=[listener])
+    raw = await trio.open_tcp_stream("127.0.0.1", port)
+    await raw.send_all(_v2(ALLOWED, 4242))  # HAProxy sends the header first, then the client's TLS bytes
+    client = trio.SSLStream(raw, ssl.create_default_context(cafile=str(pki.ca.cert_file)), server_hostname="localhost")
+    await client.do_handshake()
+    tls = RawClient(client)
+    await tls.send(16, 4, 3, request_class(16, 4)(states_filter=()))
+    assert (await tls.receive(16, 4))[0] == 3
+    assert [c.peer for c in gateway.connections] == [(ALLOWED, 4242)]

@@ -16,19 +16,21 @@ from tests.unit.gateway.test_connection import RawClient, _start_gateway, data_p
 LIFETIME_MS = 300
 
 
-async def _sasl_broker(nursery) -> FakeBroker:
+async def _sasl_broker_and_gateway(nursery, tmp_path, data_plane: bool):
+    """A broker requiring SASL/PLAIN with sessions of LIFETIME_MS, and a gateway logging in to it."""
     broker = FakeBroker()
     broker.sasl_lifetime_ms = LIFETIME_MS
     broker.versions = {**broker.versions, 17: (0, 1), 36: (0, 2)}
     broker.delay[16] = 0.02  # answers take a moment: requests are in flight when a session is due
-    return await nursery.start(broker.serve)
-
-
-async def test_a_client_connection_outlives_many_upstream_sessions(nursery, tmp_path, data_plane):
-    broker = await _sasl_broker(nursery)
+    await nursery.start(broker.serve)
     gateway, port = await _start_gateway(nursery, tmp_path, broker, data_plane, upstream={
         "bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 5000,
         "security_protocol": "SASL_PLAINTEXT", "sasl": {"mechanism": "PLAIN", "username": "kgw", "password": "pw"}})
+    return broker, gateway, port
+
+
+async def test_a_client_connection_outlives_many_upstream_sessions(nursery, tmp_path, data_plane):
+    broker, gateway, port = await _sasl_broker_and_gateway(nursery, tmp_path, data_plane)
     client = await RawClient.connect(port)
     request = request_class(16, 4)(states_filter=())
     correlation_id = 0
@@ -51,10 +53,7 @@ async def test_a_client_connection_outlives_many_upstream_sessions(nursery, tmp_
 
 async def test_a_refused_reauthentication_closes_the_client_connection_with_the_reason(nursery, tmp_path, caplog):
     caplog.set_level(logging.INFO)
-    broker = await _sasl_broker(nursery)
-    gateway, port = await _start_gateway(nursery, tmp_path, broker, False, upstream={
-        "bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 5000,
-        "security_protocol": "SASL_PLAINTEXT", "sasl": {"mechanism": "PLAIN", "username": "kgw", "password": "pw"}})
+    broker, gateway, port = await _sasl_broker_and_gateway(nursery, tmp_path, False)
     client = await RawClient.connect(port)
     request = request_class(16, 4)(states_filter=())
     await client.send(16, 4, 1, request)
