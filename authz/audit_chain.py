@@ -212,7 +212,7 @@ def verify(records: Iterable[tuple[int, int, bytes]], checkpoints: Mapping[str, 
         last_in_partition[key] = item if before is None or item.seq > before.seq else before
         runs[(chain, item.run)].append(item)
 
-    by_hash: dict[tuple[str, str, int], _Event] = {}
+    by_seq: dict[tuple[str, str, int], _Event] = {}
     for (chain, run), events in runs.items():
         events.sort(key=lambda e: (e.seq, e.partition, e.offset))
         unique: list[_Event] = []
@@ -227,7 +227,7 @@ def verify(records: Iterable[tuple[int, int, bytes]], checkpoints: Mapping[str, 
             unique.append(e)
         runs[(chain, run)] = unique
         for e in unique:
-            by_hash[(chain, run, e.seq)] = e
+            by_seq[(chain, run, e.seq)] = e
         if unique and unique[0].seq != 1:
             add(Finding(chain, "head_missing", f"run {run} starts at seq {unique[0].seq} (retention, or deleted)",
                         unique[0].where, tampering=False))
@@ -242,7 +242,7 @@ def verify(records: Iterable[tuple[int, int, bytes]], checkpoints: Mapping[str, 
         if first is not None and first.seq == 1:
             if first.resumes:
                 resumed_run, _, resumed_seq = first.resumes.rpartition(":")
-                resumed = by_hash.get((chain, resumed_run, int(resumed_seq or 0)))
+                resumed = by_seq.get((chain, resumed_run, int(resumed_seq or 0)))
                 if resumed is not None and first.prev_hash != resumed.hash:
                     add(Finding(chain, "inserted", f"run {run} does not link to the event it resumes from "
                                                    f"({first.resumes})", first.where))
@@ -259,7 +259,7 @@ def verify(records: Iterable[tuple[int, int, bytes]], checkpoints: Mapping[str, 
         for run, stored in chain_checkpoints.items():
             checkpoint = Checkpoint.from_value(run, stored)
             events = runs.get((chain, run), [])
-            at = by_hash.get((chain, run, checkpoint.seq))
+            at = by_seq.get((chain, run, checkpoint.seq))
             if at is None:
                 last = events[-1].seq if events else 0
                 if last < checkpoint.seq:

@@ -151,7 +151,7 @@ def warnings(config: Any) -> list[str]:
         from gateway.upstream.oauth_token import ClientCredentialsToken, TokenUnavailable
 
         try:  # a token now, with the configured secret (not kept, not printed)
-            ClientCredentialsToken(sasl.oauthbearer, timeout_s=5.0)._fetch()
+            ClientCredentialsToken(sasl.oauthbearer, timeout_s=5.0).fetch()
         except TokenUnavailable as e:
             found.append(f"upstream.sasl.oauthbearer: no token now ({e}); the upstream will not be ready "
                          "until kgw gets one")

@@ -66,7 +66,7 @@ class ClientCredentialsToken:
             if self._token is not None and time.monotonic() < self._refresh_at:
                 return self._token  # another caller fetched it meanwhile
             started = time.monotonic()
-            token, lifetime_s = self._fetch()
+            token, lifetime_s = self.fetch()
             self._token = token
             self._refresh_at = started + lifetime_s * self.config.refresh_window_factor
             self.fetches += 1
@@ -74,7 +74,8 @@ class ClientCredentialsToken:
                      self.config.client_id, int(lifetime_s))
             return token
 
-    def _token_endpoint(self) -> str:
+    def endpoint(self) -> str:
+        """The token endpoint: configured, or found by OpenID Connect discovery (blocking; cached)."""
         if self._endpoint is None:
             url = self.config.issuer_url.rstrip("/") + "/.well-known/openid-configuration"
             document = self._get_json(url)
@@ -92,9 +93,10 @@ class ClientCredentialsToken:
         except (OSError, ValueError) as exc:
             raise TokenUnavailable(f"OpenID Connect discovery at {url} failed: {exc}") from None
 
-    def _fetch(self) -> tuple[str, float]:
+    def fetch(self) -> tuple[str, float]:
+        """A new token and its lifetime in seconds, from the provider now (blocking)."""
         cfg = self.config
-        endpoint = self._token_endpoint()
+        endpoint = self.endpoint()
         form = {"grant_type": "client_credentials"}
         if cfg.scope:
             form["scope"] = cfg.scope
@@ -156,4 +158,4 @@ def token_endpoint(config: Any, timeout_s: float = 10.0) -> str:
 
     :raises TokenUnavailable: discovery failed.
     """
-    return token_source(config, timeout_s)._token_endpoint()
+    return token_source(config, timeout_s).endpoint()

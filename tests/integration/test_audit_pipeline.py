@@ -48,6 +48,17 @@ def _seed(data_dir: Path, *args: str) -> None:
     add_acl(data_dir, *args)
 
 
+def _audited_gateway(start_gateway, tmp_path: Path, name: str, described: str, audit: str, **audit_settings):
+    """A gateway with the StandardAuthorizer publishing to ``audit``: User:ANONYMOUS may DESCRIBE
+    ``described`` and READ and DESCRIBE the audit topic, nothing else."""
+    data_dir = tmp_path / name / "metadata"
+    _seed(data_dir, "--operation", "DESCRIBE", "--topic", described)
+    for op in ("READ", "DESCRIBE"):
+        _seed(data_dir, "--operation", op, "--topic", audit)
+    return start_gateway({"authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer", "config": {}},
+                          "audit": {"publish": True, "topic": audit, **audit_settings}}, name=name)
+
+
 def _metadata_requests(bootstrap: str, plan: list[tuple[str, int]]) -> dict[str, int]:
     """Send one Metadata v12 request per (topic, expected error); returns the error codes seen."""
     import trio
@@ -109,13 +120,7 @@ def test_audit_events_to_parquet_and_report(spark, tansu, start_gateway, tmp_pat
     topic_a, topic_b, audit = f"audit-ok-{uid}", f"audit-denied-{uid}", f"kgw-audit-{uid}"
     for t in (topic_a, topic_b):
         create_topic(tansu.bootstrap, t, 1)
-    name = "kgw-audit"
-    data_dir = tmp_path / name / "metadata"
-    _seed(data_dir, "--operation", "DESCRIBE", "--topic", topic_a)
-    for op in ("READ", "DESCRIBE"):
-        _seed(data_dir, "--operation", op, "--topic", audit)
-    gw = start_gateway({"authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer", "config": {}},
-                        "audit": {"publish": True, "topic": audit, "linger_ms": 100}}, name=name)
+    gw = _audited_gateway(start_gateway, tmp_path, "kgw-audit", topic_a, audit, linger_ms=100)
 
     # -- round 1: 3 allowed, 2 denied -----------------------------------------
     _avoid_minute_boundary()
@@ -289,13 +294,7 @@ def test_ocsf_events_are_counted_like_kgw_ones(spark, tansu, start_gateway, tmp_
     uid = tmp_path.name[-12:].strip("_-") or "x"
     topic_a, topic_b, audit = f"ocsf-ok-{uid}", f"ocsf-denied-{uid}", f"kgw-audit-ocsf-{uid}"
     create_topic(tansu.bootstrap, topic_a, 1)
-    name = "kgw-audit-ocsf"
-    data_dir = tmp_path / name / "metadata"
-    _seed(data_dir, "--operation", "DESCRIBE", "--topic", topic_a)
-    for op in ("READ", "DESCRIBE"):
-        _seed(data_dir, "--operation", op, "--topic", audit)
-    gw = start_gateway({"authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer", "config": {}},
-                        "audit": {"publish": True, "topic": audit, "linger_ms": 50, "format": "ocsf"}}, name=name)
+    gw = _audited_gateway(start_gateway, tmp_path, "kgw-audit-ocsf", topic_a, audit, linger_ms=50, format="ocsf")
     seen = _metadata_requests(gw.bootstrap, [(topic_a, 0)] * 2 + [(topic_b, 29)] * 3)
     assert seen == {(topic_a, 0): 2, (topic_b, 29): 3}
     _wait_published(gw, 5)
