@@ -259,12 +259,9 @@ class ClientConnection(ConnectionCore):
             assert self._upstream is not None
             side = self.upstream_side
             if side.reauth_at is not None:  # kgw's session upstream expires (KIP-368)
-                if time.monotonic() >= side.reauth_at:
-                    await side.reauthenticate(self)
+                await side.send_in_session(self, frames)
+            else:
                 await side.send(self._upstream, frames)
-                side.last_sent = self.in_flight[-1] if self.in_flight else None
-                return
-            await side.send(self._upstream, frames)
 
     async def _connect_upstream(self) -> None:
         self._handoff = await self.upstream_side.open(self, self._nursery)

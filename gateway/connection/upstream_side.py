@@ -90,6 +90,15 @@ class UpstreamSide:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
             raise CloseConnection(f"upstream connection lost while sending: {e}", "upstream") from None
 
+    async def send_in_session(self, conn: Any, frames: list[memoryview]) -> None:
+        """``send`` on a connection whose SASL session expires: logged in again first when due,
+        and the newest request sent remembered (what re-authentication waits for)."""
+        assert self.reauth_at is not None
+        if time.monotonic() >= self.reauth_at:
+            await self.reauthenticate(conn)
+        await self.send(conn._upstream, frames)
+        self.last_sent = conn.in_flight[-1] if conn.in_flight else None
+
     async def reauthenticate(self, conn: Any) -> None:
         """Log in again on the connection (see the module doc); the caller sends nothing meanwhile."""
         cluster = conn.gw.cluster
