@@ -6,9 +6,14 @@ Reads the JSON audit events kgw publishes (gateway/process/audit_publisher.py)
 * ``<out>/per_minute/`` -- Parquet, partitioned ``date=YYYY-MM-DD/gateway=<cluster id>``, one
   row per (minute, principal, resource, operation, ...) with ``allowed`` and ``denied`` counts
   (``minute`` is the UTC start of the minute of the decision time);
-* ``<out>/report.html`` -- a self-contained page (inline SVG, no scripts,
-  no Spark needed to open it): denials per minute and the top denied
-  principals.
+* ``<out>/changes/`` -- Parquet, every change of security state (ACLs, configs, SCRAM
+  credentials, quotas): when, who, from where, exactly what;
+* ``<out>/chains.json``, ``<out>/reconciliation.json`` -- the chains' verification and the
+  trail reconciled with the gateways' counters (kgw_spark/trail.py; ``--checkpoints`` from
+  ``kgw audit checkpoints``, ``--metrics`` each gateway's /metrics);
+* ``<out>/report.html`` -- a self-contained page (kgw_spark/report.py): denials over time per
+  principal and per resource, failed logins per address, first appearances, the changes, top
+  talkers, the chains' status and the reconciliation.
 
 Modes::
 
@@ -33,19 +38,20 @@ Python on the executors: with a cluster master, kgw must be installed there too.
 from __future__ import annotations
 
 import argparse
-import html
+import json
 import logging
-import math
 import os
 import sys
 from pathlib import Path
 
 from authz.audit_events import spark_schema
+from kgw_spark.report import nice_ticks, write_report
+from kgw_spark.trail import examine, read_metrics, reconcile
 
-__all__ = ["aggregate", "run_batch", "run_stream", "write_report", "main"]
+__all__ = ["aggregate", "changes", "run_batch", "run_stream", "write_report", "nice_ticks", "main"]
 
 EVENT_SCHEMA = spark_schema(("ts_ms", "event", "principal", "allowed", "operation", "resource", "api", "listener",
-                             "client_address", "client_id", "gateway"))
+                             "client_address", "client_id", "gateway", "change"))
 #: what each per-minute row is counted by: the kind of event ("authorization", "authentication"
 #: or "change"), who, what, with which request and client, from where
 KEY_COLUMNS = ["minute", "event", "principal", "resource", "operation", "api", "listener", "client_address",
@@ -65,7 +71,7 @@ def source_options(bootstrap: str, topic: str, kafka_options: dict[str, str] | N
 #: the OCSF attributes the job reads (``audit.format: ocsf``, authz/audit_ocsf.py)
 OCSF_SCHEMA = ("time long, status_id int, actor struct<user:struct<uid:string>, app_name:string>, "
                "user struct<uid:string>, api struct<operation:string>, resources array<struct<uid:string>>, "
-               "src_endpoint struct<ip:string>, dst_endpoint struct<svc_name:string>, "
+               "src_endpoint struct<ip:string>, dst_endpoint struct<svc_name:string>, message string, "
                "unmapped struct<event:string, operation:string, gateway:string>")
 
 
@@ -83,15 +89,39 @@ def _events(df, event_format: str = "kgw"):
         (F.col("status_id") == 1).alias("allowed"), F.col("unmapped.operation").alias("operation"),
         F.col("resources").getItem(0).getField("uid").alias("resource"), F.col("api.operation").alias("api"),
         F.col("dst_endpoint.svc_name").alias("listener"), F.col("src_endpoint.ip").alias("client_address"),
-        F.col("actor.app_name").alias("client_id"), F.col("unmapped.gateway").alias("gateway"))
+        F.col("actor.app_name").alias("client_id"), F.col("unmapped.gateway").alias("gateway"),
+        F.when(F.col("unmapped.event") == "change", F.col("message")).alias("change"))
+
+
+def _decisions(df, event_format: str):
+    """The events that are decisions, logins or changes (not the trail's own ``dropped``
+    records); a login that named no user has the principal ``-``."""
+    from pyspark.sql import functions as F
+
+    events = _events(df, event_format)
+    principal = F.when(F.col("principal").isNull() | (F.col("principal") == ""), F.lit("-")) \
+        .otherwise(F.col("principal"))
+    return (events.where(F.col("ts_ms").isNotNull() & (F.coalesce(F.col("event"), F.lit("")) != "dropped"))
+            .withColumn("principal", principal))
+
+
+#: the columns of the ``changes`` output: every change of security state, one row each
+CHANGE_COLUMNS = ["ts_ms", "principal", "operation", "resource", "change", "listener", "client_address", "api",
+                  "client_id", "gateway"]
+
+
+def changes(df, event_format: str = "kgw"):
+    """Kafka rows -> the security-state changes (who changed what, when, exactly)."""
+    from pyspark.sql import functions as F
+
+    return _decisions(df, event_format).where(F.col("event") == "change").select(*CHANGE_COLUMNS)
 
 
 def aggregate(df, event_format: str = "kgw"):
     """Kafka rows (``value`` = audit JSON, kgw or OCSF) -> per-minute allowed/denied counts."""
     from pyspark.sql import functions as F
 
-    events = _events(df, event_format)
-    events = events.where(F.col("ts_ms").isNotNull() & F.col("principal").isNotNull())
+    events = _decisions(df, event_format)
     return _dated(events
                   .withColumn("minute", F.date_trunc("minute", F.timestamp_millis("ts_ms")))
                   .withColumn("gateway", F.coalesce(F.col("gateway"), F.lit("-")))
@@ -116,20 +146,30 @@ def _resum(df):
 def run_batch(spark, options: dict[str, str], out: Path, source: str = "kgw", event_format: str = "kgw") -> Path:
     """``source``: ``kgw`` (this package's data source, Python on the executors) or ``kafka``
     (Spark's own connector, JVM only: what a cluster without kgw installed runs)."""
-    df = spark.read.format(source).options(**options).load()
-    target = Path(out) / "per_minute"
-    aggregate(df, event_format).orderBy(*KEY_COLUMNS).write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(str(target))
+    df = spark.read.format(source).options(**options).load().cache()
+    try:
+        target = Path(out) / "per_minute"
+        aggregate(df, event_format).orderBy(*KEY_COLUMNS).write.mode("overwrite") \
+            .partitionBy(*PARTITION_COLUMNS).parquet(str(target))
+        changes(df, event_format).orderBy("ts_ms").write.mode("overwrite").parquet(str(Path(out) / "changes"))
+    finally:
+        df.unpersist()
     return target
 
 
 def run_stream(spark, options: dict[str, str], out: Path, checkpoint: Path | None = None,
                timeout_s: float | None = None, source: str = "kgw", event_format: str = "kgw") -> Path:
     out = Path(out)
-    increments = out / "_increments"
+    increments, changed = out / "_increments", out / "_changes"
     checkpoint = checkpoint or out / "_checkpoint"
 
     def write_increment(batch_df, batch_id: int) -> None:
-        aggregate(batch_df, event_format).write.mode("overwrite").parquet(str(increments / f"batch={batch_id}"))
+        batch_df.persist()
+        try:
+            aggregate(batch_df, event_format).write.mode("overwrite").parquet(str(increments / f"batch={batch_id}"))
+            changes(batch_df, event_format).write.mode("overwrite").parquet(str(changed / f"batch={batch_id}"))
+        finally:
+            batch_df.unpersist()
 
     stream = spark.readStream.format(source).options(**options).load()
     query = (stream.writeStream.foreachBatch(write_increment)
@@ -146,146 +186,29 @@ def run_stream(spark, options: dict[str, str], out: Path, checkpoint: Path | Non
         # Read the increments with their schema (batch dirs may be empty).
         _resum(spark.read.parquet(str(increments))).orderBy(*KEY_COLUMNS) \
             .write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(str(target))
+    if changed.exists() and any(changed.glob("batch=*")):
+        spark.read.parquet(str(changed)).select(*CHANGE_COLUMNS).orderBy("ts_ms") \
+            .write.mode("overwrite").parquet(str(out / "changes"))
     return target
 
 
-# --------------------------------------------------------------------------- report (no Spark)
-
-_ALLOWED_COLOUR, _DENIED_COLOUR = "#2e7d32", "#c0392b"
-
-
-def nice_ticks(top: float, count: int = 4) -> list[int]:
-    """Axis ticks from 0 past ``top`` in steps of 1, 2 or 5 times a power of ten."""
-    if top <= 0:
-        return [0, 1]
-    raw = top / count
-    magnitude = 10 ** math.floor(math.log10(raw)) if raw >= 1 else 1
-    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
-    return [i * step for i in range(int(math.ceil(top / step)) + 1)]
-
-
-def _svg_chart(points: list[tuple[str, int, int]], width: int = 760, height: int = 260) -> str:
-    """Allowed and denied decisions per minute, side by side, with a ticked y axis."""
-    if not points:
-        return "<p>No decisions.</p>"
-    ticks = nice_ticks(max(max(a, d) for _, a, d in points))
-    top = ticks[-1]
-    left, bottom, pad = 56, 40, 10
-    plot_w, plot_h = width - left - pad, height - bottom - pad - 18
-    base = pad + 18 + plot_h
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-             f'aria-label="Allowed and denied decisions per minute" font-family="sans-serif">',
-             f'<rect x="{left}" y="2" width="10" height="10" fill="{_ALLOWED_COLOUR}"/>'
-             f'<text x="{left + 14}" y="11" font-size="12">allowed</text>'
-             f'<rect x="{left + 80}" y="2" width="10" height="10" fill="{_DENIED_COLOUR}"/>'
-             f'<text x="{left + 94}" y="11" font-size="12">denied</text>']
-    for tick in ticks:
-        y = base - plot_h * tick / top
-        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" stroke="#ddd"/>'
-                     f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{tick}</text>')
-    parts.append(f'<line x1="{left}" y1="{base}" x2="{left + plot_w}" y2="{base}" stroke="#444"/>'
-                 f'<line x1="{left}" y1="{pad + 18}" x2="{left}" y2="{base}" stroke="#444"/>'
-                 f'<text x="14" y="{pad + 18 + plot_h / 2:.0f}" font-size="11" text-anchor="middle" '
-                 f'transform="rotate(-90 14 {pad + 18 + plot_h / 2:.0f})">decisions per minute</text>')
-    step = plot_w / len(points)
-    bar_w = max(1.0, step / 2 - 1)
-    label_every = max(1, len(points) // 8)
-    for i, (label, allowed, denied) in enumerate(points):
-        x = left + i * step + 1
-        for offset, value, colour, word in ((0, allowed, _ALLOWED_COLOUR, "allowed"),
-                                            (bar_w, denied, _DENIED_COLOUR, "denied")):
-            h = plot_h * value / top
-            parts.append(f'<rect x="{x + offset:.1f}" y="{base - h:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
-                         f'fill="{colour}"><title>{html.escape(label)}: {value} {word}</title></rect>')
-        if i % label_every == 0:
-            parts.append(f'<text x="{x:.1f}" y="{base + 14}" font-size="10">{html.escape(label[11:16])}</text>')
-    parts.append(f'<text x="{left + plot_w / 2:.0f}" y="{height - 4}" font-size="11" text-anchor="middle">'
-                 f'minute (UTC)</text></svg>')
-    return "".join(parts)
-
-
-def _table(headers: list[str], rows: list[list], empty: str = "none") -> str:
-    esc = html.escape
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body or f'<tr><td colspan={len(headers)}>{esc(empty)}</td></tr>'}</table>"
-
-
-def write_report(per_minute: Path, report: Path, top_n: int = 10) -> Path:
-    """``report.html`` from the Parquet output (pyarrow + pandas only): decisions over time,
-    per listener and client address, failed logins, and who is denied what."""
-    import pandas as pd
-    import pyarrow.parquet as pq
-
-    per_minute, report = Path(per_minute), Path(report)
-    if per_minute.exists() and any(per_minute.rglob("*.parquet")):
-        df = pq.read_table(str(per_minute)).to_pandas()
-        for column in PARTITION_COLUMNS:  # partition columns come back as categories
-            if column in df:
-                df[column] = df[column].astype(str)
-    else:
-        df = pd.DataFrame(columns=KEY_COLUMNS + ["allowed", "denied"])
-    for column in ("listener", "client_address"):
-        df[column] = df[column].fillna("-") if column in df else "-"
-    df["event"] = df["event"].fillna("authorization") if "event" in df else "authorization"
-    logins = df[df["operation"] == "AUTHENTICATE"]
-    decisions = df[(df["operation"] != "AUTHENTICATE") & (df["event"] != "change")]
-    total_allowed, total_denied = int(decisions["allowed"].sum()), int(decisions["denied"].sum())
-    failed_logins = int(logins["denied"].sum())
-    points: list[tuple[str, int, int]] = []
-    first = last = "-"
-    if len(decisions):
-        minutes = pd.to_datetime(decisions["minute"], utc=True)
-        per = decisions.assign(minute=minutes).groupby("minute")[["allowed", "denied"]].sum().sort_index()
-        full = pd.date_range(per.index.min(), per.index.max(), freq="min", tz="UTC")
-        per = per.reindex(full, fill_value=0)
-        points = [(ts.strftime("%Y-%m-%d %H:%M"), int(r.allowed), int(r.denied)) for ts, r in per.iterrows()]
-        first, last = points[0][0], points[-1][0]
-
-    def totals(frame, by):
-        if not len(frame):
-            return []
-        grouped = frame.groupby(by)[["allowed", "denied"]].sum().sort_values("denied", ascending=False)
-        return [[*(k if isinstance(k, tuple) else (k,)), int(r.allowed), int(r.denied)] for k, r in grouped.iterrows()]
-
-    failed_by_host = logins.groupby("client_address")["denied"].sum() if len(logins) else {}
-    by_host = [[*row, int(failed_by_host.get(row[0], 0))] for row in totals(decisions, "client_address")]
-    by_host += [[h, 0, 0, int(n)] for h, n in dict(failed_by_host).items() if h not in {r[0] for r in by_host}]
-    login_rows = []
-    if len(logins):
-        grouped = logins.groupby(["principal", "resource", "client_address", "listener"])["denied"].sum()
-        login_rows = [[p, r.rsplit(":", 1)[-1], h, lst, int(n)]
-                      for (p, r, h, lst), n in grouped.sort_values(ascending=False).head(top_n).items()]
-    denied = decisions[decisions["denied"] > 0]
-    top = [[p, int(n)] for p, n in denied.groupby("principal")["denied"].sum().sort_values(ascending=False)
-           .head(top_n).items()] if len(denied) else []
-    top_resources = [[p, r, o, int(n)] for (p, r, o), n in denied.groupby(["principal", "resource", "operation"])
-                     ["denied"].sum().sort_values(ascending=False).head(top_n).items()] if len(denied) else []
-    esc = html.escape
-    page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>kgw authorization audit</title>
-<style>body{{font-family:sans-serif;margin:2em;max-width:60em}}table{{border-collapse:collapse;margin-bottom:1em}}
-td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:left}}</style></head><body>
-<h1>kgw authorization audit</h1>
-<p>{esc(first)} &ndash; {esc(last)} UTC: <b>{total_allowed}</b> allowed, <b>{total_denied}</b> denied decisions;
-<b>{failed_logins}</b> failed logins.</p>
-<h2>Allowed and denied per minute</h2>
-{_svg_chart(points)}
-<h2>By listener</h2>
-{_table(["listener", "allowed", "denied"], totals(decisions, "listener"))}
-<h2>By client address</h2>
-{_table(["client address", "allowed", "denied", "failed logins"], by_host)}
-<h2>Failed logins</h2>
-{_table(["principal tried", "mechanism", "client address", "listener", "failures"], login_rows)}
-<h2>Top denied principals</h2>
-{_table(["principal", "denied"], top)}
-<h2>Top denied (principal, resource, operation)</h2>
-{_table(["principal", "resource", "operation", "denied"], top_resources)}
-</body></html>
-"""
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(page, encoding="utf-8")
-    return report
+def check_trail(spark, options: dict[str, str], out: Path, source: str = "kgw", metrics: list[str] | None = None,
+                checkpoints: dict[str, dict[str, str]] | None = None) -> tuple[dict, list[dict]]:
+    """Verify the chains and reconcile the trail with the gateways' counters (kgw_spark/trail.py):
+    the gateways are scraped first, then every record is read once, in order, on the driver.
+    Writes ``chains.json`` and ``reconciliation.json`` beside the report."""
+    scrapes = [read_metrics(where) for where in metrics or []]
+    batch_options = {k: v for k, v in options.items() if k not in ("maxOffsetsPerTrigger",)}
+    rows = (spark.read.format(source).options(**batch_options).load()
+            .select("partition", "offset", "value").orderBy("partition", "offset").toLocalIterator())
+    trail, tallies = examine(((int(r["partition"]), int(r["offset"]), bytes(r["value"] or b"")) for r in rows),
+                             checkpoints or {})
+    reconciliation = reconcile(scrapes, tallies)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "chains.json").write_text(json.dumps(trail, indent=2, sort_keys=True))
+    (out / "reconciliation.json").write_text(json.dumps(reconciliation, indent=2, sort_keys=True))
+    return trail, reconciliation
 
 
 # --------------------------------------------------------------------------- command line
@@ -402,12 +325,17 @@ def check_access(options: dict[str, str], timeout_s: float = 10.0) -> str | None
 def run(spark, args, options: dict[str, str] | None = None) -> Path:
     options = options or source_options(args.bootstrap, args.topic, kafka_options(args))
     out = Path(args.out)
+    checkpoints = json.loads(Path(args.checkpoints).read_text()) if args.checkpoints else None
+    trail = reconciliation = None
+    if args.verify:  # first: the gateways' counters are scraped before the job's own reads add events
+        trail, reconciliation = check_trail(spark, options, out, args.source, args.metrics, checkpoints)
     if args.stream:
         per_minute = run_stream(spark, options, out, Path(args.checkpoint) if args.checkpoint else None,
                                 source=args.source, event_format=args.format)
     else:
         per_minute = run_batch(spark, options, out, source=args.source, event_format=args.format)
-    return write_report(per_minute, out / "report.html")
+    return write_report(per_minute, out / "report.html", changes=out / "changes", trail=trail,
+                        reconciliation=reconciliation)
 
 
 def _setting(text: str) -> str:
@@ -433,6 +361,15 @@ def parse_args(argv=None):
                    "connector (give its jars with --jars, or spark-submit --packages)")
     p.add_argument("--format", choices=["kgw", "ocsf"], default="kgw",
                    help="the audit events' schema, as the gateway's audit.format (default kgw)")
+    p.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="skip the chains' verification and the reconciliation (they read the whole topic on the "
+                   "driver)")
+    p.add_argument("--checkpoints", metavar="FILE",
+                   help="the chains' checkpoints as `kgw audit checkpoints --config kgw.yaml` prints them: without "
+                   "them, events deleted from the end of a run cannot be proven missing")
+    p.add_argument("--metrics", action="append", metavar="URL|FILE",
+                   help="a gateway's /metrics (or a saved scrape), to reconcile the trail with its counters "
+                   "(repeatable: one per gateway process)")
     p.add_argument("--jars", help="comma-separated jars for the session (Spark's Kafka connector and its dependencies)")
     p.add_argument("--spark-conf", action="append", metavar="KEY=VALUE", type=_setting,
                    help="a Spark setting, e.g. spark.executor.memory=512m (repeatable)")

@@ -155,11 +155,11 @@ _AUDIT_TEXT_MAX = 256
 def authentication_failure_fields(host: str, listener: str, mechanism: str, user: str | None,
                                   reason: str | None) -> dict[str, Any]:
     """The audit fields (``authz.audit_events.audit_event``'s input) of one failed login: the
-    principal the client tried (``User:<name>``, or ``User:`` when it named none), denied
-    operation AUTHENTICATE on ``Authentication:LITERAL:<mechanism>``."""
+    principal the client tried (``User:<name>``; none when it named none, as after a failed TLS
+    handshake), denied operation AUTHENTICATE on ``Authentication:LITERAL:<mechanism>``."""
     return {
         "kgw_event": "authentication",
-        "kgw_principal": f"User:{(user or '')[:_AUDIT_TEXT_MAX]}",
+        "kgw_principal": f"User:{user[:_AUDIT_TEXT_MAX]}" if user else None,
         "kgw_allowed": False,
         "kgw_operation": "AUTHENTICATE",
         "kgw_resource": f"Authentication:LITERAL:{mechanism}",

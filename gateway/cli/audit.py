@@ -6,6 +6,9 @@ reads the chains' checkpoints from the metadata log (read-only, also while gatew
 reports per chain what :func:`authz.audit_chain.verify` found, with the first bad offset.
 Exit status 0 when nothing shows tampering, 1 when something does, 2 when the topic or the log
 cannot be read.
+
+``kgw audit checkpoints`` prints the checkpoints alone, as JSON (chain -> run -> checkpoint), for
+the Spark audit job's ``--checkpoints``: the job reads the topic, not the metadata log.
 """
 
 from __future__ import annotations
@@ -68,6 +71,15 @@ def cmd_audit(args) -> int:
 
     config = load_config(args.config)
     topic = args.topic or config.audit.topic
+    if args.action == "checkpoints":
+        try:
+            md_config, data_dir = metadata_location(args.config, None)
+            checkpoints = trio.run(_checkpoints, md_config, data_dir)
+        except Exception as e:  # noqa: BLE001 - told to the operator, exit 2
+            print(f"kgw audit checkpoints: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps(checkpoints, indent=2, sort_keys=True))
+        return 0
     try:
         records = read_topic(librdkafka_settings(config.upstream), topic)
         md_config, data_dir = metadata_location(args.config, None)
@@ -94,12 +106,13 @@ def cmd_audit(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("audit", help="verify the audit topic's tamper evidence",
+    p = sub.add_parser("audit", help="verify the audit topic's tamper evidence, or print its checkpoints",
                        description="verify: read the whole audit topic and the audit chains' checkpoints in the "
                        "metadata log; report every edited, inserted, deleted, rewritten or reordered event per chain "
                        "with the first bad offset (partition:offset), and restarts, duplicates and the unverified tail "
-                       "after the last checkpoint for the record. Exit 0: intact; 1: tampered; 2: unreadable.")
-    p.add_argument("action", choices=["verify"])
+                       "after the last checkpoint for the record. Exit 0: intact; 1: tampered; 2: unreadable. "
+                       "checkpoints: print the chains' checkpoints as JSON (the Spark audit job's --checkpoints).")
+    p.add_argument("action", choices=["verify", "checkpoints"])
     p.add_argument("--config", required=True, help="gateway YAML (upstream, audit.topic, metadata)")
     p.add_argument("--topic", help="the topic to check (default: audit.topic)")
     p.add_argument("--json", action="store_true", help="the report as JSON")

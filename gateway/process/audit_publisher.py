@@ -68,6 +68,7 @@ from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_new_batch
 from kio.static.primitive import i8, i16, i32, i64
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from authz.audit_chain import ChainWriter
 from authz.audit_events import audit_event
@@ -174,6 +175,8 @@ class AuditPublisher:
         self._unrecorded = 0  # events dropped since the last sealed batch (a "dropped" event says so)
         self._buffer: collections.deque[tuple[float, Mapping[str, Any]]] = collections.deque()
         self._lock = threading.Lock()  # only for the capacity check + append pair
+        #: (event kind, allowed) -> events offered: what the audit trail was given, published or not
+        self._offered: collections.Counter[tuple[str, bool]] = collections.Counter()
         self._conns: dict[int, trio.SocketStream] = {}
         self._leaders: dict[int, int] = {}   # partition -> leader node id
         self._next_partition = 0
@@ -191,12 +194,14 @@ class AuditPublisher:
                                       registry=r)
         self.buffered = Gauge("kgw_audit_events_buffered", "Audit events waiting to be published", registry=r)
         self.buffered.set_function(lambda: len(self._buffer))
+        r.register(_PublisherCollector(self))
 
     # -- the hot path -----------------------------------------------------------
 
     def offer(self, fields: Mapping[str, Any]) -> bool:
         """Queue one decision; False (and counted) if the buffer is full.  Never blocks on I/O."""
         with self._lock:
+            self._offered[(fields.get("kgw_event", "authorization"), bool(fields.get("kgw_allowed")))] += 1
             if len(self._buffer) >= self.max_buffered:
                 full = True
                 self._unrecorded += 1
@@ -442,6 +447,33 @@ class AuditPublisher:
                     raise _Retry(f"Produce to {self.topic}-{partition}: error {code}")
                 raise _Rejected(f"Produce to {self.topic}-{partition}: error {code} "
                                 f"{getattr(p, 'error_message', '') or ''}".strip())
+
+
+class _PublisherCollector:
+    """The trail's own counts, read when scraped: ``kgw_audit_events_offered_total{event,
+    decision}`` (what the gateway gave the trail: with ``dropped`` and ``buffered``, what the
+    published count must add up to) and ``kgw_audit_chain_head{chain, run}`` (the last ``seq``
+    written: a reader of the topic knows which events the scraped counters cover)."""
+
+    def __init__(self, publisher: AuditPublisher) -> None:
+        self.publisher = publisher
+
+    def collect(self):
+        publisher = self.publisher
+        offered = CounterMetricFamily("kgw_audit_events_offered", "Audit events offered to the publisher, by "
+                                      "kind (authorization, authentication, change) and decision", labels=["event",
+                                                                                                       "decision"])
+        with publisher._lock:
+            counts = sorted(publisher._offered.items())
+        for (event, allowed), n in counts:
+            offered.add_metric([event, "allowed" if allowed else "denied"], n)
+        yield offered
+        head = GaugeMetricFamily("kgw_audit_chain_head", "The seq of the last audit event this process wrote to "
+                                 "the topic, per chain and run", labels=["chain", "run"])
+        chain = publisher.chain
+        if chain is not None:
+            head.add_metric([chain.chain, chain.run], chain.seq)
+        yield head
 
 
 class AuditLogHandler(logging.Handler):

@@ -268,13 +268,13 @@ def test_audit_job_on_a_secured_gateway_counts_failed_logins_and_renders(spark, 
 
     seen = rendered_text(report, tmp_path)
     allowed, denied = int(decisions["allowed"].sum()), int(decisions["denied"].sum())
-    assert f"{allowed} allowed, {denied} denied decisions; {sum(failed.values())} failed logins." \
+    assert f"{allowed} allowed, {denied} denied decisions; {sum(failed.values())} failed logins;" \
         in " ".join(seen.split()), seen
-    for text in ("Allowed and denied per minute", "decisions per minute", "minute (UTC)", "By listener",
+    for text in ("Allowed and denied over time", "decisions", "minute (UTC)", "By listener",
                  "By client address", "Failed logins", "principal tried", "User:mallory", "SCRAM-SHA-512",
                  "SECURE", "EXTERNAL", "127.0.0.1", "Top denied principals", "User:ANONYMOUS"):
         assert text in seen, f"{text!r} is not on the rendered report:\n{seen}"
-    chart = seen[seen.index("Allowed and denied per minute"):seen.index("By listener")]
+    chart = seen[seen.index("Allowed and denied over time"):seen.index("Denials over time by principal")]
     labels = chart.split()
     assert "allowed" in labels and "denied" in labels  # the legend
     assert all(str(tick) in labels for tick in nice_ticks(peak)), (nice_ticks(peak), chart)

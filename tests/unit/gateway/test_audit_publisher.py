@@ -123,6 +123,9 @@ def test_a_failed_login_is_an_audit_event():
         "event": "authentication", "mechanism": "SCRAM-SHA-512", "reason": "invalid proof for user 'mallory'"}
     tracker.record_failure("10.0.0.9", user="x" * 10_000, reason="y" * 10_000)  # client-sized text is bounded
     assert len(offered[1]["kgw_principal"]) <= 5 + 256 and len(offered[1]["kgw_reason"]) <= 256
+    # a failed TLS handshake names no user: no principal, not the empty-named "User:"
+    tracker.record_failure("10.0.0.8", listener="TLS", mechanism="SSL", reason="certificate verify failed")
+    assert audit_event(offered[2], 1735732800.0)["principal"] is None
 
 
 def test_encode_batch_is_record_batch_v2_of_json():
@@ -136,11 +139,14 @@ def test_encode_batch_is_record_batch_v2_of_json():
 
 def test_full_buffer_drops_and_counts():
     pub = AuditPublisher(TOPIC, max_buffered=3)
-    assert [pub.offer(fields(i)) for i in range(5)] == [True, True, True, False, False]
+    assert [pub.offer(fields(i, allowed=i % 2 == 1)) for i in range(5)] == [True, True, True, False, False]
     assert pub.pending() == 3
     text = generate_latest(pub.registry).decode()
     assert 'kgw_audit_events_dropped_total{reason="buffer_full"} 2.0' in text
     assert "kgw_audit_events_buffered 3.0" in text
+    # what was offered counts whether it was kept or not: offered = published + dropped + buffered
+    assert 'kgw_audit_events_offered_total{decision="denied",event="authorization"} 3.0' in text
+    assert 'kgw_audit_events_offered_total{decision="allowed",event="authorization"} 2.0' in text
 
 
 def test_log_handler_offers_structured_records():
@@ -338,6 +344,9 @@ async def test_chained_batches_verify_and_a_refused_batch_is_recorded_as_dropped
     report = verify(broker.values, checkpoints)
     assert report.ok and report.chains == {"gw-chain": {"events": 7, "runs": 1}}
     assert not [f for f in report.findings if f.kind == "unverified_tail"]
+    # the scraped head names the run and the last seq written: 6 published events + the marker
+    head = pub.registry.get_sample_value("kgw_audit_chain_head", {"chain": "gw-chain", "run": pub.chain.run})
+    assert head == 7 and pub.registry.get_sample_value("kgw_audit_events_published_total") == 6
 
 
 async def test_ocsf_events_are_chained_and_verify_too():
