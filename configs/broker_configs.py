@@ -359,6 +359,14 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
          "How often the audit chain's head is written to the metadata log."),
     ):
         add(ConfigDef(key, ctype, doc, default, source_path=f"audit.{field_name}"), getattr(audit, field_name))
+    quotas = config.quotas
+    for key, field_name, default, doc in (
+        ("quota.window.num", "window_num", "11", "The number of samples client quota rates are measured over."),
+        ("quota.window.size.seconds", "window_size_seconds", "1", "The time span of each client quota sample."),
+        ("quota.max.tracked", "max_tracked", "100000", "Client quota rate sensors kept at most (kgw's bound)."),
+    ):
+        add(ConfigDef(key, ConfigType.INT, doc, default, source_path=f"quotas.{field_name}"),
+            getattr(quotas, field_name))
     add(ConfigDef(LOG_LEVEL_CONFIG, ConfigType.STRING, "Level of the process log (root logger); dynamic.", "INFO",
                   read_only=False, validator=_choice(*LOG_LEVELS), source_path="logging.level"),
         config.logging.level)

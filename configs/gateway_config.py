@@ -474,6 +474,20 @@ class AuditConfig:
 
 
 @_model
+class QuotasConfig:
+    """Client quotas (KIP-13/124/612): how rates are measured.  The quotas themselves are
+    ClientQuota records in the metadata log (AlterClientQuotas, `kafka-configs`)."""
+
+    window_num: int = 11
+    """Samples a rate is measured over (Kafka's quota.window.num)."""
+    window_size_seconds: int = 1
+    """The length of one sample (Kafka's quota.window.size.seconds)."""
+    max_tracked: int = 100000
+    """Rate sensors kept at most (one per user, client id or pair with a quota); the least
+    recently used beyond that are forgotten (client ids are the client's to choose)."""
+
+
+@_model
 class LoggingConfig:
     """Process logging."""
 
@@ -507,6 +521,8 @@ class GatewayConfig:
     """SASL credentials."""
     audit: AuditConfig = AuditConfig()
     """Authorization audit log."""
+    quotas: QuotasConfig = QuotasConfig()
+    """How client quotas are measured."""
     logging: LoggingConfig = LoggingConfig()
     """Process logging."""
     alter_configs_policy: AlterConfigsPolicyConfig = AlterConfigsPolicyConfig()

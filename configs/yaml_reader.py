@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 from authz.credentials import PlainCredential, SaslMechanism, ScramCredential
 from configs.policies import PolicyLoadError, parse_rules
-from configs.gateway_config import AUDIT_LEVELS, AdminConfig, OAuthBearerConfig, AlterConfigsPolicyConfig, AuditConfig, AuthorizerConfig, ClientAuth, ConfigError, GatewayConfig, IoConfig, LOG_FORMATS, LOG_LEVELS, LimitsConfig, ListenerConfig, ListenerSaslConfig, ListenerTlsConfig, LoggingConfig, MetadataConfig, ProxyProtocolConfig, SniConfig, SecurityProtocol, UpstreamConfig, UpstreamOAuthConfig, UpstreamSaslConfig, UpstreamTlsConfig, UsersConfig, WILDCARD_HOSTS
+from configs.gateway_config import AUDIT_LEVELS, AdminConfig, OAuthBearerConfig, AlterConfigsPolicyConfig, AuditConfig, AuthorizerConfig, ClientAuth, ConfigError, GatewayConfig, IoConfig, LOG_FORMATS, LOG_LEVELS, LimitsConfig, ListenerConfig, ListenerSaslConfig, ListenerTlsConfig, LoggingConfig, MetadataConfig, ProxyProtocolConfig, QuotasConfig, SniConfig, SecurityProtocol, UpstreamConfig, UpstreamOAuthConfig, UpstreamSaslConfig, UpstreamTlsConfig, UsersConfig, WILDCARD_HOSTS
 from configs.yaml_checks import _REQUIRED, _fraction, _network, _str, _HTTP_URL, _BIND_PORT, _Ctx, _HOST, _IMPORT_PATH, _Invalid, _LISTENER_NAME, _Loader, _MECHANISM, _PORT, _POSITIVE, _PROTOCOL, _Reader, _SCRAM_ITERATIONS, _SCRAM_MECHANISM, _STR, _address, _base64, _bool, _choice, _config_map, _describe, _int, _join, _list, _path, _pbkdf2, _section, _sha256_hex, _yaml_error
 
 __all__ = ["apply_overrides", "load_config", "parse_config"]
@@ -487,6 +487,15 @@ def _audit(ctx: _Ctx, r: _Reader) -> AuditConfig:
     )
 
 
+@_section(QuotasConfig)
+def _quotas(ctx: _Ctx, r: _Reader) -> QuotasConfig:
+    return QuotasConfig(
+        window_num=r("window_num", _int(2, 1000, "a number of samples from 2 to 1000"), 11),
+        window_size_seconds=r("window_size_seconds", _int(1, 3600, "seconds from 1 to 3600"), 1),
+        max_tracked=r("max_tracked", _int(1, 10_000_000), 100000),
+    )
+
+
 @_section(LoggingConfig)
 def _logging(ctx: _Ctx, r: _Reader) -> LoggingConfig:
     return LoggingConfig(
@@ -507,6 +516,7 @@ def _gateway(ctx: _Ctx, raw: Mapping[str, Any]) -> GatewayConfig:
         metadata=r.section("metadata", _metadata),
         users=r.section("users", _users),
         audit=r.section("audit", _audit),
+        quotas=r.section("quotas", _quotas),
         logging=r.section("logging", _logging),
         alter_configs_policy=r.section("alter_configs_policy", _alter_configs_policy),
     )

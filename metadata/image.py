@@ -21,8 +21,9 @@ Kafka's ``AclPublisher`` does:
   so its failure (a full disk) never reaches the writer.  It is logged, counted
   (:attr:`MetadataImage.snapshot_failures`) and tried again after a back-off.
 
-Dynamic configs (``ConfigRecord``) and SCRAM credentials (``UserScramCredentialRecord``)
-live in the same image, for the config and SCRAM APIs.
+Dynamic configs (``ConfigRecord``), SCRAM credentials (``UserScramCredentialRecord``) and
+client quotas (``ClientQuotaRecord``) live in the same image, for the config, SCRAM and
+client-quota APIs and the quota manager.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from __future__ import annotations
 import logging
 import uuid
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import IntEnum
 from typing import Any
 
@@ -46,15 +47,20 @@ from authz.acl import (
     ResourceType,
 )
 from metadata.store import MetadataLogError, MetadataStore
-from metadata.records import AccessControlEntryRecord, ConfigRecord, MetadataRecord, RemoveAccessControlEntryRecord, RemoveUserScramCredentialRecord, UserScramCredentialRecord
+from metadata.records import AccessControlEntryRecord, ClientQuotaRecord, ConfigRecord, MetadataRecord, RemoveAccessControlEntryRecord, RemoveUserScramCredentialRecord, UserScramCredentialRecord
 
-__all__ = ["MetadataImage", "binding_to_record", "record_to_binding"]
+__all__ = ["MetadataImage", "binding_to_record", "quota_entity", "record_to_binding"]
 
 log = logging.getLogger("kgw.metadata")
 
 #: a failed snapshot is tried again after this back-off, doubling up to the maximum
 _SNAPSHOT_RETRY_MIN_S = 5.0
 _SNAPSHOT_RETRY_MAX_S = 300.0
+
+
+def quota_entity(pairs: Iterable[tuple[str, str | None]]) -> tuple[tuple[str, str | None], ...]:
+    """A client-quota entity's canonical form: its (type, name) pairs sorted by type."""
+    return tuple(sorted(((str(t), n) for t, n in pairs), key=lambda pair: pair[0]))
 
 
 def binding_to_record(acl_id: uuid.UUID, b: AclBinding) -> AccessControlEntryRecord:
@@ -99,7 +105,8 @@ class MetadataImage:
     * an ACL whose id is present, or whose binding equals a present ACL's (two gateways
       created the same ACL at once), is skipped: the first in log order wins;
     * removing an absent ACL or SCRAM credential is skipped;
-    * a ConfigRecord or UserScramCredentialRecord sets its key, the last in log order wins.
+    * a ConfigRecord, UserScramCredentialRecord or ClientQuotaRecord sets its key, the last in
+      log order wins.
 
     The authorizer gets each batch's ACL delta in one ``apply_changes`` (an atomic swap),
     and ``config_listeners`` are called with the config resources a batch touched.
@@ -116,6 +123,10 @@ class MetadataImage:
         self.configs: dict[tuple[int, str], dict[str, str]] = {}
         #: (user name, SCRAM mechanism code) -> credential (salted keys only, never a password)
         self.scram: dict[tuple[str, int], UserScramCredentialRecord] = {}
+        #: client-quota entity ((type, name or None for the default), ... sorted by type) ->
+        #: {quota key: value}; ``quota_version`` moves on every change (the quota manager's cue)
+        self.quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = {}
+        self.quota_version = 0
         self.offset = -1
         #: callables given the set of (resource type, name) a batch of ConfigRecords changed
         self.config_listeners: list[Callable[[set[tuple[int, str]]], None]] = []
@@ -179,6 +190,16 @@ class MetadataImage:
             self.scram[(record.name, record.mechanism)] = record
         elif isinstance(record, RemoveUserScramCredentialRecord):
             self.scram.pop((record.name, record.mechanism), None)
+        elif isinstance(record, ClientQuotaRecord):
+            entity = quota_entity(record.entity)
+            values = self.quotas.setdefault(entity, {})
+            if record.remove:
+                values.pop(record.key, None)
+                if not values:
+                    del self.quotas[entity]
+            else:
+                values[record.key] = record.value
+            self.quota_version += 1
         return None, None, None
 
     def _apply_batch(self, records: Sequence[MetadataRecord], last_offset: int) -> None:
@@ -235,6 +256,8 @@ class MetadataImage:
             records += [ConfigRecord(resource_type=rtype, resource_name=rname, name=k, value=v)
                         for k, v in entries.items()]
         records += list(self.scram.values())
+        records += [ClientQuotaRecord(entity=entity, key=k, value=v, remove=False)
+                    for entity, values in self.quotas.items() for k, v in values.items()]
         return records
 
     async def _maybe_snapshot(self) -> None:

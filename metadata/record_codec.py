@@ -11,6 +11,7 @@ import uuid
 
 
 _INT32 = struct.Struct(">i")
+_FLOAT64 = struct.Struct(">d")
 
 
 #: Kafka strings are length-limited to ``Short.MAX_VALUE`` UTF-8 bytes.
@@ -120,6 +121,30 @@ def _read_int8(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
 def _read_int32(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     _need(buf, pos, 4, "an int32")
     return _INT32.unpack_from(buf, pos)[0], pos + 4
+
+
+def _write_float64(out: bytearray, value: float, where: str) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise MetadataRecordError(f"{where}: {value!r} is not a float64")
+    out += _FLOAT64.pack(float(value))
+
+
+def _write_bool(out: bytearray, value: bool, where: str) -> None:
+    if not isinstance(value, bool):
+        raise MetadataRecordError(f"{where}: {value!r} is not a bool")
+    out.append(1 if value else 0)
+
+
+def _read_float64(buf: bytes | memoryview, pos: int) -> tuple[float, int]:
+    _need(buf, pos, 8, "a float64")
+    return _FLOAT64.unpack_from(buf, pos)[0], pos + 8
+
+
+def _read_bool(buf: bytes | memoryview, pos: int) -> tuple[bool, int]:
+    _need(buf, pos, 1, "a bool")
+    if buf[pos] > 1:
+        raise MetadataRecordError(f"bool byte {buf[pos]} at {pos} is neither 0 nor 1")
+    return buf[pos] == 1, pos + 1
 
 
 def _read_uuid(buf: bytes | memoryview, pos: int) -> tuple[uuid.UUID, int]:

@@ -30,7 +30,9 @@ Every record kgw knows has ``"flexibleVersions": "0+"``, so bodies use:
 The api keys and field lists are those of ``metadata/src/main/resources/common/
 metadata/*.json`` in Apache Kafka (checked against trunk): AccessControlEntryRecord
 is 18, RemoveAccessControlEntryRecord 19, ConfigRecord 4, UserScramCredentialRecord
-11 and RemoveUserScramCredentialRecord 22.
+11, RemoveUserScramCredentialRecord 22 and ClientQuotaRecord 14 (whose ``float64`` is 8
+bytes big-endian IEEE 754, its ``bool`` one byte 0 or 1, and its entity a compact array:
+uvarint ``count + 1``, then each element's fields and its own tagged-field section).
 
 A record whose (api key, version) kgw does not know decodes to
 :class:`UnknownMetadataRecord`, which keeps the raw body and re-encodes it byte for
@@ -46,7 +48,7 @@ import sys
 import uuid
 from dataclasses import dataclass, fields
 from typing import ClassVar, Final, TypeAlias
-from metadata.record_codec import _read_compact_bytes, _read_compact_string, _read_int32, _read_int8, _read_nullable_compact_string, _read_uuid, _skip_tagged_fields, _write_compact_bytes, _write_compact_string, _write_int32, _write_int8, _write_no_tagged_fields, _write_nullable_compact_string, _write_uuid, read_uvarint, write_uvarint
+from metadata.record_codec import _read_bool, _read_compact_bytes, _read_compact_string, _read_float64, _read_int32, _read_int8, _read_nullable_compact_string, _read_uuid, _skip_tagged_fields, _write_bool, _write_compact_bytes, _write_compact_string, _write_float64, _write_int32, _write_int8, _write_no_tagged_fields, _write_nullable_compact_string, _write_uuid, read_uvarint, write_uvarint
 from metadata.record_codec import MetadataRecordError
 
 #: The only frame version Kafka writes or accepts (``DEFAULT_FRAME_VERSION``).
@@ -331,6 +333,54 @@ class RemoveUserScramCredentialRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ClientQuotaRecord:
+    """Set or remove one quota of one client-quota entity.  Api key 14, v0."""
+
+    API_KEY: ClassVar[int] = 14
+    VERSION: ClassVar[int] = 0
+
+    entity: tuple[tuple[str, str | None], ...]
+    """(entity type, entity name) pairs: ``user``, ``client-id``, ``ip``; a None name is the
+    entity type's default."""
+    key: str
+    """The quota: ``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage``,
+    ``connection_creation_rate``, ..."""
+    value: float
+    """The quota's value (ignored when ``remove``)."""
+    remove: bool
+    """True: the key is removed from the entity."""
+
+    def encode_body(self, out: bytearray) -> None:
+        where = "ClientQuotaRecord"
+        write_uvarint(out, len(self.entity) + 1)
+        for entity_type, entity_name in self.entity:
+            _write_compact_string(out, entity_type, f"{where}.entity.entity_type")
+            _write_nullable_compact_string(out, entity_name, f"{where}.entity.entity_name")
+            _write_no_tagged_fields(out)
+        _write_compact_string(out, self.key, f"{where}.key")
+        _write_float64(out, self.value, f"{where}.value")
+        _write_bool(out, self.remove, f"{where}.remove")
+        _write_no_tagged_fields(out)
+
+    @classmethod
+    def decode_body(cls, buf: bytes | memoryview, pos: int) -> tuple[ClientQuotaRecord, int]:
+        count, pos = read_uvarint(buf, pos)
+        if count == 0:
+            raise MetadataRecordError("ClientQuotaRecord.entity is null")
+        entity = []
+        for _ in range(count - 1):
+            entity_type, pos = _read_compact_string(buf, pos)
+            entity_name, pos = _read_nullable_compact_string(buf, pos)
+            pos = _skip_tagged_fields(buf, pos)
+            entity.append((entity_type, entity_name))
+        key, pos = _read_compact_string(buf, pos)
+        value, pos = _read_float64(buf, pos)
+        remove, pos = _read_bool(buf, pos)
+        pos = _skip_tagged_fields(buf, pos)
+        return cls(entity=tuple(entity), key=key, value=value, remove=remove), pos
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UnknownMetadataRecord:
     """A record of an (api key, version) kgw does not model, kept verbatim.
 
@@ -349,6 +399,7 @@ MetadataRecord: TypeAlias = (
     | ConfigRecord
     | UserScramCredentialRecord
     | RemoveUserScramCredentialRecord
+    | ClientQuotaRecord
     | UnknownMetadataRecord
 )
 
@@ -359,6 +410,7 @@ _KNOWN = (
     ConfigRecord,
     UserScramCredentialRecord,
     RemoveUserScramCredentialRecord,
+    ClientQuotaRecord,
 )
 
 

@@ -15,6 +15,9 @@ view for its own store, for debugging and support bundles:
   ``broker`` as in the shell, other ``ConfigResource.Type`` codes use the lower-case
   enum name (``broker_logger``, ``client_metrics``, ``group``); an empty resource
   name (the cluster default) appears as ``<default>``.
+* ``/client-quotas/<type>/<name>[/<type>/<name>]/<key>`` -> a client quota's value, the
+  entity's (type, name) pairs sorted by type as Kafka's shell sorts them (``client-id``
+  before ``user``), a default entity name as ``<default>``.
 
 The state is produced by replaying :class:`~metadata.store.LoadedState` in
 order: snapshot records, then log records.  An ``AccessControlEntryRecord`` adds
@@ -40,7 +43,7 @@ from typing import Any, Final, Literal
 
 from authz.acl import AclOperation, AclPermissionType, PatternType, ResourceType
 from metadata.store import LoadedState
-from metadata.records import AccessControlEntryRecord, ConfigRecord, MetadataRecord, RemoveAccessControlEntryRecord
+from metadata.records import AccessControlEntryRecord, ClientQuotaRecord, ConfigRecord, MetadataRecord, RemoveAccessControlEntryRecord
 
 __all__ = ["NoSuchNode", "ShellSession", "acl_json", "config_type_name", "dump_records", "dump_state", "kafka_uuid_str",
            "list_children", "render", "value_at"]
@@ -103,6 +106,11 @@ def _config_path(record: ConfigRecord) -> str:
     return f"/configs/{config_type_name(record.resource_type)}/{name}/{record.name}"
 
 
+def _quota_path(record: ClientQuotaRecord) -> str:
+    parts = [f"{etype}/{name if name is not None else _DEFAULT_RESOURCE}" for etype, name in sorted(record.entity, key=lambda e: e[0])]
+    return "/client-quotas/" + "/".join(parts) + f"/{record.key}"
+
+
 def dump_records(
     records: Iterable[MetadataRecord], *, uuid_format: UuidFormat = "kafka"
 ) -> dict[str, Any]:
@@ -118,6 +126,11 @@ def dump_records(
                 tree.pop(_config_path(record), None)
             else:
                 tree[_config_path(record)] = record.value
+        elif isinstance(record, ClientQuotaRecord):
+            if record.remove:
+                tree.pop(_quota_path(record), None)
+            else:
+                tree[_quota_path(record)] = repr(record.value)
     return dict(sorted(tree.items()))
 
 

@@ -10,7 +10,11 @@ snapshot holds), not the history::
                "operation": "READ", "permissionType": "ALLOW"}, ...],
      "configs": [{"resourceType": 4, "resourceName": "", "name": "...", "value": "..."}, ...],
      "scramCredentials": [{"name": "bob", "mechanism": "SCRAM-SHA-256", "iterations": 8192,
-                           "salt": "<base64>", "storedKey": "<base64>", "serverKey": "<base64>"}]}
+                           "salt": "<base64>", "storedKey": "<base64>", "serverKey": "<base64>"}],
+     "clientQuotas": [{"entity": [{"entityType": "user", "entityName": "alice"}],
+                       "key": "producer_byte_rate", "value": 1048576.0}, ...]}
+
+(``entityName`` null: the entity type's default; a document without ``clientQuotas`` has none.)
 
 An ACL reads as in ``kgw acls dump`` and Kafka's metadata shell: the same id (Kafka's
 ``Uuid`` text) and the field names of Kafka's record JSON.  Version 1 documents (snake_case
@@ -36,9 +40,10 @@ from enum import IntEnum
 from typing import Any
 
 from authz.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
-from metadata.image import binding_to_record, record_to_binding
+from metadata.image import binding_to_record, quota_entity, record_to_binding
 from metadata.records import (
     AccessControlEntryRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     MetadataRecord,
     RemoveAccessControlEntryRecord,
@@ -67,8 +72,10 @@ class MetadataDocumentError(ValueError):
 
 
 def export_document(acls: Mapping[uuid.UUID, Any], configs: Mapping[tuple[int, str], Mapping[str, str]],
-                    scram: Mapping[tuple[str, int], UserScramCredentialRecord], offset: int) -> dict[str, Any]:
-    """The state (an image's ``acls``/``configs``/``scram``) as a JSON-ready document."""
+                    scram: Mapping[tuple[str, int], UserScramCredentialRecord], offset: int,
+                    quotas: Mapping[tuple[tuple[str, str | None], ...], Mapping[str, float]] | None = None
+                    ) -> dict[str, Any]:
+    """The state (an image's ``acls``/``configs``/``scram``/``quotas``) as a JSON-ready document."""
     acl_entries = [acl_json(binding_to_record(acl_id, binding), "kafka") for acl_id, binding in acls.items()]
     acl_entries.sort(key=lambda e: (e["resourceType"], e["resourceName"], e["patternType"], e["principal"],
                                     e["host"], e["operation"], e["permissionType"], e["id"]))
@@ -81,8 +88,13 @@ def export_document(acls: Mapping[uuid.UUID, Any], configs: Mapping[tuple[int, s
           "salt": _b64(r.salt), "storedKey": _b64(r.stored_key), "serverKey": _b64(r.server_key)}
          for r in scram.values()),
         key=lambda e: (e["name"], e["mechanism"]))
+    quota_entries = sorted(
+        ({"entity": [{"entityType": t, "entityName": n} for t, n in entity], "key": k, "value": v}
+         for entity, values in (quotas or {}).items() for k, v in values.items()),
+        key=lambda e: ([(x["entityType"], x["entityName"] is not None, x["entityName"] or "") for x in e["entity"]],
+                       e["key"]))
     return {"format": FORMAT, "version": VERSION, "offset": offset, "acls": acl_entries,
-            "configs": config_entries, "scramCredentials": scram_entries}
+            "configs": config_entries, "scramCredentials": scram_entries, "clientQuotas": quota_entries}
 
 
 def _b64(data: bytes) -> str:
@@ -116,7 +128,7 @@ def _bytes(entry: Mapping[str, Any], key: str, where: str) -> bytes:
 
 
 def parse_document(doc: Any) -> list[MetadataRecord]:
-    """The records a document describes (ACLs, configs, SCRAM credentials), validated."""
+    """The records a document describes (ACLs, configs, SCRAM credentials, client quotas), validated."""
     if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
         raise MetadataDocumentError(f"not a kgw metadata export (expected \"format\": {FORMAT!r})")
     version = doc.get("version")
@@ -153,6 +165,19 @@ def parse_document(doc: Any) -> list[MetadataRecord]:
             name=_field(e, "name", str, where), mechanism=mechanism, salt=_bytes(e, "salt", where),
             stored_key=_bytes(e, n("storedKey"), where), server_key=_bytes(e, n("serverKey"), where),
             iterations=iterations))
+    for i, e in enumerate(_list(doc, "clientQuotas")):
+        where = f"clientQuotas[{i}]"
+        entity = _field(e, "entity", list, where)
+        if not entity or not all(isinstance(x, Mapping) and isinstance(x.get("entityType"), str)
+                                 and (x.get("entityName") is None or isinstance(x.get("entityName"), str))
+                                 for x in entity):
+            raise MetadataDocumentError(f"{where}: 'entity' must be a non-empty list of "
+                                        "{\"entityType\": string, \"entityName\": string or null}")
+        value = e.get("value")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise MetadataDocumentError(f"{where}: 'value' must be a number, not {type(value).__name__}")
+        records.append(ClientQuotaRecord(entity=quota_entity((x["entityType"], x.get("entityName")) for x in entity),
+                                         key=_field(e, "key", str, where), value=float(value), remove=False))
     return records
 
 
@@ -180,6 +205,7 @@ def plan_import(target: Any, records: Sequence[MetadataRecord], *, replace: bool
     wanted_acls: dict[AclBinding, AccessControlEntryRecord] = {}
     wanted_configs: dict[tuple[int, str, str], str] = {}
     wanted_scram: dict[tuple[str, int], UserScramCredentialRecord] = {}
+    wanted_quotas: dict[tuple[Any, str], float] = {}
     for r in records:
         if isinstance(r, AccessControlEntryRecord):
             wanted_acls.setdefault(record_to_binding(r), r)
@@ -187,6 +213,8 @@ def plan_import(target: Any, records: Sequence[MetadataRecord], *, replace: bool
             wanted_configs[(r.resource_type, r.resource_name, r.name)] = r.value  # type: ignore[assignment]
         elif isinstance(r, UserScramCredentialRecord):
             wanted_scram[(r.name, r.mechanism)] = r
+        elif isinstance(r, ClientQuotaRecord):
+            wanted_quotas[(r.entity, r.key)] = r.value
     plan: list[MetadataRecord] = []
     present = {binding: acl_id for acl_id, binding in target.acls.items()}
     for binding, r in wanted_acls.items():
@@ -200,6 +228,10 @@ def plan_import(target: Any, records: Sequence[MetadataRecord], *, replace: bool
     for key, r in wanted_scram.items():
         if target.scram.get(key) != r:
             plan.append(r)
+    target_quotas = getattr(target, "quotas", {})
+    for (entity, key), value in wanted_quotas.items():
+        if target_quotas.get(entity, {}).get(key) != value:
+            plan.append(ClientQuotaRecord(entity=entity, key=key, value=value, remove=False))
     if replace:
         plan += [RemoveAccessControlEntryRecord(id=acl_id) for binding, acl_id in present.items()
                  if binding not in wanted_acls]
@@ -208,6 +240,8 @@ def plan_import(target: Any, records: Sequence[MetadataRecord], *, replace: bool
                  if (rtype, rname, name) not in wanted_configs]
         plan += [RemoveUserScramCredentialRecord(name=name, mechanism=mech) for (name, mech) in target.scram
                  if (name, mech) not in wanted_scram]
+        plan += [ClientQuotaRecord(entity=entity, key=key, value=0.0, remove=True)
+                 for entity, values in target_quotas.items() for key in values if (entity, key) not in wanted_quotas]
     return plan
 
 

@@ -22,10 +22,12 @@ __all__ = ["BrokerConfigs", "LocalServices", "MetadataWriter", "TopicListing", "
 
 
 class MetadataWriter(Protocol):
-    """The metadata image as the SCRAM APIs use it (``metadata.image.MetadataImage``)."""
+    """The metadata image as the SCRAM and client-quota APIs use it (``metadata.image.MetadataImage``)."""
 
     #: (user name, mechanism code) -> UserScramCredentialRecord
     scram: Mapping[tuple[str, int], Any]
+    #: client-quota entity ((type, name or None), ... sorted by type) -> {quota key: value}
+    quotas: Mapping[tuple[tuple[str, str | None], ...], Mapping[str, float]]
 
     async def append(self, records: Sequence[Any]) -> int:
         """Append records to the metadata log; returns once they are durable and applied."""
@@ -121,3 +123,7 @@ class LocalServices(Protocol):
         """Held while an AlterUserScramCredentials reads the credentials and writes its change,
         so two such requests never decide from the same state (the owner of the credentials
         serialises them; a test may give ``contextlib.nullcontext()``)."""
+
+    @property
+    def quota_changes(self) -> AbstractAsyncContextManager[Any]:
+        """Held while an AlterClientQuotas reads the quotas and writes its change."""

@@ -25,7 +25,7 @@ from gateway.process.metadata_backend import metadata_location, offline_image
 from metadata.directory_files import acquire_lock
 from metadata.files import OS_FILES
 from metadata.repair import RepairPlan, apply_repair, plan_repair
-from metadata.records import AccessControlEntryRecord, ConfigRecord, UserScramCredentialRecord
+from metadata.records import AccessControlEntryRecord, ClientQuotaRecord, ConfigRecord, UserScramCredentialRecord
 from metadata.shell import NoSuchNode, ShellSession, dump_records, list_children, value_at
 from metadata.store import MetadataLogError
 from metadata.transfer import MetadataDocumentError, export_document, parse_document, plan_import
@@ -39,7 +39,7 @@ IMPORT_BATCH = 2_000
 async def _export(args) -> int:
     config, data_dir = metadata_location(args.config, args.data_dir)
     async with offline_image(config, data_dir, read_only=True) as image:  # a backup while the gateway runs
-        doc = export_document(image.acls, image.configs, image.scram, image.offset)
+        doc = export_document(image.acls, image.configs, image.scram, image.offset, image.quotas)
     text = json.dumps(doc, indent=1, sort_keys=False) + "\n"
     if args.output in (None, "-"):
         sys.stdout.write(text)
@@ -49,7 +49,8 @@ async def _export(args) -> int:
         with os.fdopen(fd, "w") as f:
             f.write(text)
     print(f"exported {len(doc['acls'])} ACLs, {len(doc['configs'])} config entries, "
-          f"{len(doc['scramCredentials'])} SCRAM credentials as of offset {doc['offset']}", file=sys.stderr)
+          f"{len(doc['scramCredentials'])} SCRAM credentials, {len(doc['clientQuotas'])} client quotas as of offset "
+          f"{doc['offset']}", file=sys.stderr)
     return 0
 
 
@@ -57,7 +58,9 @@ def _summary(records) -> str:
     acls = sum(isinstance(r, AccessControlEntryRecord) for r in records)
     configs = sum(isinstance(r, ConfigRecord) for r in records)
     scram = sum(isinstance(r, UserScramCredentialRecord) for r in records)
-    return f"{acls} ACLs, {configs} config changes, {scram} SCRAM credentials, {len(records) - acls - configs - scram} removals"
+    quotas = sum(isinstance(r, ClientQuotaRecord) and not r.remove for r in records)
+    removals = len(records) - acls - configs - scram - quotas
+    return f"{acls} ACLs, {configs} config changes, {scram} SCRAM credentials, {quotas} client quotas, {removals} removals"
 
 
 async def _import(args, records) -> int:
@@ -199,7 +202,7 @@ def register(sub) -> None:
                        "missing is added, and with --replace what the document lacks is removed. Moves state from "
                        "the directory backend to the Kafka one: export --data-dir, import --config. ls PATH / cat "
                        "PATH: Kafka's metadata shell commands over the same view as 'kgw acls dump' (/acl/id/<uuid>, "
-                       "/configs/<type>/<name>/<key>; SCRAM credentials are not shown), read-only, also while a "
+                       "/configs/<type>/<name>/<key>, /client-quotas/<type>/<name>/.../<key>; SCRAM credentials are not shown), read-only, also while a "
                        "gateway runs. shell: the metadata shell over that view (ls, cd, pwd, cat, find, tree), "
                        "interactive on a terminal, one command per line from standard input otherwise. recover: repair a "
                        "directory log the gateway refuses to start on (damaged or missing segments): keep what is "

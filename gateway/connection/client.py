@@ -32,8 +32,8 @@ from gateway.auth.tls import release_tls_stream, sni_node_id
 from gateway.upstream.cluster import UpstreamUnavailable
 from gateway.connection.upstream_queries import settle
 from gateway.connection.core import (
-    Await, CloseConnection, ConnectionCore, NeedLocalAnswer, NeedLogin, NeedRawToken, NeedSpace, NeedUpstream,
-    NeedUpstreamAnswer, NeedVersions, NeedWorker, Slot, next_request,
+    Await, CloseConnection, ConnectionCore, NeedLocalAnswer, NeedLogin, NeedRawToken, NeedSpace, NeedThrottle,
+    NeedUpstream, NeedUpstreamAnswer, NeedVersions, NeedWorker, Slot, next_request,
 )
 from gateway.connection.handoff import serve_in_data_plane
 from gateway.connection.upstream_side import UpstreamSide
@@ -189,7 +189,7 @@ class ClientConnection(ConnectionCore):
             if isinstance(step, NeedRawToken):
                 await sasl_steps.raw_token(self, step.session, step.token)
                 return
-            if isinstance(step, (NeedUpstream, NeedLocalAnswer, NeedUpstreamAnswer)) and to_upstream:
+            if isinstance(step, (NeedUpstream, NeedLocalAnswer, NeedUpstreamAnswer, NeedThrottle)) and to_upstream:
                 await self._send_upstream(to_upstream)  # earlier requests must not wait behind this one
                 to_upstream.clear()
             if isinstance(step, NeedVersions):
@@ -207,6 +207,8 @@ class ClientConnection(ConnectionCore):
                 result = await self._wait_for_space()
             elif isinstance(step, NeedUpstream):
                 result = await self._connect_upstream()
+            elif isinstance(step, NeedThrottle):  # over a quota: nothing read until it has passed
+                result = await trio.sleep_until(trio_deadline(step.until))
             else:
                 raise RuntimeError(f"the connection core asked for {type(step).__name__}, which no driver performs")
             outcome = step.then(result, to_upstream)

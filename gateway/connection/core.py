@@ -46,9 +46,10 @@ from protocol.auth_helper import AuthHelper
 from protocol.codecs import CodecError
 from protocol.framing import NEED_DATA, FrameDecoder, FrameError
 from protocol.headers import HeaderError, RequestHeader, parse_request_header, read_uvarint, response_header
+from protocol.throttle import with_throttle_time
 
 __all__ = ["Await", "CloseConnection", "ConnectionCore", "NeedLocalAnswer", "NeedLogin", "NeedRawToken", "NeedSpace",
-           "NeedUpstream", "NeedUpstreamAnswer", "NeedVersions", "NeedWorker", "Slot", "next_request"]
+           "NeedThrottle", "NeedUpstream", "NeedUpstreamAnswer", "NeedVersions", "NeedWorker", "Slot", "next_request"]
 
 _I32 = struct.Struct(">i")
 
@@ -126,6 +127,18 @@ class NeedUpstreamAnswer(Await):
         self.spec, self.question = spec, question
 
 
+class NeedThrottle(Await):
+    """The client is over a quota (KIP-219): read and dispatch nothing more of it until
+    ``until`` (``time.monotonic()``), what is queued for the upstream sent first; ``then``
+    dispatches the request that waited."""
+
+    __slots__ = ("until",)
+
+    def __init__(self, until: float, then) -> None:
+        super().__init__(then)
+        self.until = until
+
+
 class NeedLogin(Await):
     """A SaslHandshake or SaslAuthenticate: the driver's SASL step answers it (a password hash
     on a worker thread, Kafka's delay before a refusal); nothing follows."""
@@ -167,12 +180,15 @@ def next_request(decoder: FrameDecoder) -> memoryview | object:
 
 
 class Slot:
-    __slots__ = ("header", "spec", "data", "sent_at", "deadline", "merge", "large")
+    __slots__ = ("header", "spec", "data", "sent_at", "deadline", "merge", "large", "quota", "size", "busy")
 
     def __init__(self, header: RequestHeader, spec: ApiSpec) -> None:
         self.header = header
         self.spec = spec
         self.merge = None
+        #: the connection's quotas when some client quota is set (then ``size``: the request's
+        #: bytes, ``busy``: seconds kgw spent dispatching it)
+        self.quota = None
         #: the request was large: its merge (proportional to the request) runs on a worker thread
         self.large = False
         self.data: bytes | memoryview | None = None
@@ -242,6 +258,13 @@ class ConnectionCore:
         #: channel while its response is unsent), so a client that never reads costs a bounded buffer
         self.unsent = 0
         self.max_unsent = limits.max_unsent_bytes_per_connection
+        #: client quotas (gateway/connection/quotas.py): the image's quota map (empty: nothing is
+        #: measured), this connection's resolved quotas, and until when it is throttled
+        self._quotas = self.gw.quotas
+        self._quota_map = self._quotas.image.quotas if self._quotas.image is not None else {}
+        self.quota = None
+        self.throttled_until = 0.0
+        self._dispatch_started = 0.0
 
     @property
     def on_data_plane(self) -> bool:
@@ -311,6 +334,33 @@ class ConnectionCore:
 
     def dispatch(self, frame: memoryview, to_upstream: list) -> bool | Await:
         """Handle one request frame (Trio or the data-plane thread; touches no event loop)."""
+        if self._quota_map:  # some client quota is set: throttled and measured
+            return self._dispatch_quoted(frame, to_upstream)
+        return self._dispatch(frame, to_upstream)
+
+    def _dispatch_quoted(self, frame: memoryview, to_upstream: list) -> bool | Await:
+        """:meth:`dispatch` under client quotas: nothing is read while the connection is
+        throttled, and the time spent dispatching is measured (for :meth:`_track`)."""
+        if self.throttled_until:
+            if time.monotonic() < self.throttled_until:
+                return NeedThrottle(self.throttled_until, lambda _r, out: self._dispatch_quoted(frame, out))
+            self.throttled_until = 0.0
+        self._dispatch_started = time.perf_counter()
+        try:
+            return self._dispatch(frame, to_upstream)
+        finally:
+            self._dispatch_started = 0.0
+
+    def _measure(self, slot: Slot, size: int) -> None:
+        """Give a forwarded request's slot the connection's quotas, its size and the time kgw
+        spent dispatching it (0 when it went on after an await: only kgw's own work counts)."""
+        quota = self.quota = self._quotas.for_connection(self.principal.name, self.client_id, self.quota)
+        if quota.produce or quota.fetch or quota.request:
+            started = self._dispatch_started
+            slot.quota, slot.size = quota, size - 4  # the request's bytes, as Kafka counts them
+            slot.busy = time.perf_counter() - started if started else 0.0
+
+    def _dispatch(self, frame: memoryview, to_upstream: list) -> bool | Await:
         session = self.auth.session
         if session is not None and session.expects_raw_token:
             return NeedRawToken(session, bytes(frame[4:]))
@@ -363,7 +413,7 @@ class ConnectionCore:
         if info.expects_response:
             if len(self.pending) >= self.max_in_flight and self.lane is None:
                 return self._forward(header, spec, info, frame, None, False, to_upstream)  # awaits space
-            self._track(header, spec, info, None)
+            self._track(header, spec, info, None, len(frame))
         to_upstream.append(frame)
         return False
 
@@ -440,7 +490,7 @@ class ConnectionCore:
         if info.expects_response:
             if len(self.pending) >= self.max_in_flight and self.lane is None:
                 return NeedSpace(_again(self._forward, header, spec, info, frame, merge, large))
-            self._track(header, spec, info, merge, large and merge is not None)
+            self._track(header, spec, info, merge, len(frame), large and merge is not None)
         to_upstream.append(frame)
         return False
 
@@ -584,10 +634,13 @@ class ConnectionCore:
         """Whether the client must not be read: too many answers wait for it to read them."""
         return self.unsent >= self.max_unsent
 
-    def _track(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, merge, large: bool = False) -> Slot:
-        """A forwarded request that expects a response: its place in the response order
-        (``large``: its merge runs off the shared loops too)."""
+    def _track(self, header: RequestHeader, spec: ApiSpec, info: RequestInfo, merge, size: int,
+               large: bool = False) -> Slot:
+        """A forwarded request of ``size`` bytes that expects a response: its place in the
+        response order (``large``: its merge runs off the shared loops too)."""
         slot = Slot(header, spec)
+        if self._quota_map:
+            self._measure(slot, size)
         slot.merge = merge
         if large:
             slot.large = True
@@ -647,7 +700,9 @@ class ConnectionCore:
         rewrite = slot.spec.rewrite_response
         if rewrite is None and slot.merge is None:
             slot.data = frame
-            self.unsent += len(frame)
+            if slot.quota is not None:
+                self._throttle(slot)
+            self.unsent += len(slot.data)
             return
         off = 8
         if header.flexible:
@@ -668,4 +723,16 @@ class ConnectionCore:
         else:
             head = bytes(frame[4:off])
             slot.data = _I32.pack(len(head) + len(body)) + head + body
+        if slot.quota is not None:
+            self._throttle(slot)
         self.unsent += len(slot.data)
+
+    def _throttle(self, slot: Slot) -> None:
+        """Record a completed request against its quotas; over one, the response carries the
+        throttle time and the connection is read no more until it has passed (KIP-219)."""
+        header = slot.header
+        throttle_ms = slot.quota.on_response(header.api_key, slot.size, len(slot.data) - 4, slot.busy)
+        if throttle_ms > 0:
+            slot.data = with_throttle_time(header.api_key, header.api_version, header.flexible, slot.data,
+                                           throttle_ms)
+            self.throttled_until = max(self.throttled_until, time.monotonic() + throttle_ms / 1000.0)

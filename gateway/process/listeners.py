@@ -123,6 +123,12 @@ class CreationRate:
                 del self._buckets[key]
 
 
+#: connections over their connection_creation_rate quota held at once at most (more are closed at
+#: once), and for at most this long
+_MAX_HELD = 1000
+_MAX_HOLD_MS = 10_000
+
+
 def _bind(host: str, port: int, reuse_port: bool = False) -> trio.socket.SocketType:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -156,6 +162,7 @@ class Listener:
         self._token: trio.lowlevel.TrioToken | None = None
         self._connections = 0
         self._refused_hosts: set[str] = set()  # hosts refused for max_connections_per_ip (logged once)
+        self._held = 0  # connections over a connection_creation_rate quota, held before their close
         self._throttled_hosts: set[str] = set()  # hosts over their connection rate now (logged once)
         self._accept_scopes: list[trio.CancelScope] = []  # one per accepting socket (stop_accepting)
         self._accepting = True
@@ -349,6 +356,17 @@ class Listener:
             await trio.aclose_forcefully(stream)
             return False
         self._throttled_hosts.discard(host)
+        hold_ms = self.gateway.quotas.connection_throttle_ms(host)
+        if hold_ms > 0:
+            # a connection_creation_rate client quota (KIP-612, `kafka-configs --entity-type ips`):
+            # as a broker does, the connection is held unread for the throttle time, then closed
+            self.gateway.metrics.errors.labels(self.name, "-", "connection_quota_per_ip").inc()
+            if self._held < _MAX_HELD and self._nursery is not None:
+                self._held += 1
+                self._nursery.start_soon(self._close_after, stream, min(hold_ms, _MAX_HOLD_MS) / 1000.0)
+            else:
+                await trio.aclose_forcefully(stream)
+            return False
         if per_host.get(host, 0) >= self.gateway.connection_limit_of(host):
             # logged at most once per refused burst: the count says how many
             self.gateway.metrics.errors.labels(self.name, "-", "connection_limit_per_ip").inc()
@@ -361,6 +379,13 @@ class Listener:
             return False
         per_host[host] = per_host.get(host, 0) + 1
         return True
+
+    async def _close_after(self, stream: trio.SocketStream, seconds: float) -> None:
+        try:
+            await trio.sleep(seconds)
+        finally:
+            self._held -= 1
+            await trio.aclose_forcefully(stream)
 
     async def _handle(self, stream: trio.SocketStream, addr, node_id: int | None) -> None:
         metrics = self.gateway.metrics

@@ -26,6 +26,7 @@ from gateway.process.admin_http import serve_admin
 from gateway.process.preflight import build_authorizer
 from gateway.auth.failures import AuthFailureTracker
 from gateway.connection.data_plane import DataPlane
+from gateway.connection.quotas import QuotaManager
 from gateway.process.dynamic_config import DynamicConfigManager
 from gateway.process.listeners import CreationRate, Listener, resolve_host_limits
 from gateway.process.metrics import GatewayMetrics
@@ -65,6 +66,8 @@ class Gateway:
         self.upstream = UpstreamQueries(self.cluster)
         #: held by each AlterUserScramCredentials while it reads the credentials and writes its change
         self.scram_changes = trio.Lock()
+        #: held by each AlterClientQuotas while it reads the quotas and writes its change
+        self.quota_changes = trio.Lock()
         #: every change of security state made through this gateway: logged, and audited
         self.change_log = ChangeLog()
         #: enforcement state that outlives one connection (regular-expression subscriptions,
@@ -73,6 +76,9 @@ class Gateway:
         self.authorizer = self._make_authorizer(config)
         self.auth_failures = AuthFailureTracker(self.metrics.registry)
         self.image: MetadataImage | None = None
+        #: client quotas (gateway/connection/quotas.py), read from the image once it is loaded
+        self.quotas = QuotaManager(None, config.quotas.window_num, config.quotas.window_size_seconds,
+                                   config.quotas.max_tracked, registry=self.metrics.registry)
         #: the audit publisher when audit.publish is on
         self.audit_publisher: Any = None
         #: topic names and ids learned from upstream responses (requests by topic id)
@@ -274,6 +280,7 @@ class Gateway:
             store = open_metadata_store(cfg, worker_index=self.worker_index)
             nursery.start_soon(self._close_on_exit, store)
             self.image = MetadataImage(store, self.authorizer, cfg.metadata.snapshot_every_records)
+            self.quotas.image = self.image
             ready_events = {}
             if self.authorizer is not None:
                 if hasattr(self.authorizer, "acl_writer"):

@@ -5,13 +5,12 @@ Theory of operation
 Each request is decoded whole and checked through
 :class:`~protocol.auth_helper.AuthHelper`; a denial is answered by kgw with the
 request's own error-response shape (Kafka's ``getErrorResponse`` or the
-handler's explicit response), and nothing is forwarded:
+handler's explicit response), and nothing is forwarded (the client-quota APIs are kgw's own:
+:mod:`protocol.apis.quotas`):
 
 =======================================  ==================================  =====================================
 API                                      check                               denied
 =======================================  ==================================  =====================================
-DescribeClientQuotas (48)                CLUSTER:DESCRIBE_CONFIGS            top-level 31, no message, entries null
-AlterClientQuotas (49)                   CLUSTER:ALTER_CONFIGS               31 + default text on every entry
 DescribeUserScramCredentials (50)        CLUSTER:DESCRIBE                    top-level 31 + 31 per requested user
 AlterUserScramCredentials (51)           CLUSTER:ALTER                       31 per distinct user, sorted
 DescribeQuorum (55)                      CLUSTER:DESCRIBE                    top-level 31 + default text
@@ -95,51 +94,6 @@ def _cluster_check(op: AclOperation, error_body: Callable[..., bytes]) -> Any:
         return Decision(respond=error_body(header.api_version, info.decoded))
 
     return enforce
-
-
-def _describe_client_quotas_error(version: int, request: Any) -> bytes:
-    cls = response_class(48, version)
-    return encode(make(cls, throttle_time=_ZERO, error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), error_message=None,
-                       entries=None))
-
-
-def _alter_client_quotas_error(version: int, request: Any) -> bytes:
-    cls = response_class(49, version)
-    entry_cls = nested(cls, "entries")
-    entity_cls = nested(entry_cls, "entity")
-    entries = tuple(
-        entry_cls(error_code=_ec(CLUSTER_AUTHORIZATION_FAILED), error_message=_CLUSTER_DENIED,
-                  entity=tuple(entity_cls(entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity))
-        for entry in request.entries)
-    return encode(make(cls, throttle_time=_ZERO, entries=entries))
-
-
-def _enforce_alter_client_quotas(auth: AuthHelper, header: RequestHeader, body: memoryview,
-                                 info: RequestInfo) -> Decision:
-    """CLUSTER:ALTER_CONFIGS, else 31 on every entry; an allowed change is forwarded and each
-    entity the cluster altered is recorded with who asked (``AuthHelper.record_change``)."""
-    request = info.decoded
-    if auth.enabled and not auth.cluster(_Op.ALTER_CONFIGS):
-        return Decision(respond=_alter_client_quotas_error(header.api_version, request))
-    if request.validate_only or auth.changes is None:
-        return FORWARD
-    asked = {_quota_entity(entry.entity): ", ".join(
-        f"removed {op.key}" if op.remove else f"set {op.key}={op.value:g}" for op in entry.ops)
-        for entry in request.entries}
-    version = header.api_version
-
-    def merge(buf: memoryview | bytes, off: int) -> None:  # None: the response goes on as it is
-        for entry in decode_response(49, version, buf, off).entries:
-            entity = _quota_entity(entry.entity)
-            if int(entry.error_code) == 0 and entity in asked:
-                auth.record_change("ALTER_CONFIGS", f"ClientQuota:LITERAL:{entity}", asked[entity] or "no change")
-
-    return Decision(merge=merge)
-
-
-def _quota_entity(entity: Any) -> str:
-    """``user=alice,client-id=<default>``: a quota entity as kafka-configs names it."""
-    return ",".join(f"{e.entity_type}={'<default>' if e.entity_name is None else e.entity_name}" for e in entity)
 
 
 def _describe_quorum_error(version: int, request: Any) -> bytes:
@@ -340,9 +294,6 @@ SPECS = (
     ApiSpec(39, "RenewDelegationToken", inspect_decoded, enforce=_renew_or_expire(39), versions=(1, 2)),
     ApiSpec(40, "ExpireDelegationToken", inspect_decoded, enforce=_renew_or_expire(40), versions=(1, 2)),
     ApiSpec(41, "DescribeDelegationToken", inspect_decoded, enforce=_enforce_describe_tokens, versions=(1, 3)),
-    ApiSpec(48, "DescribeClientQuotas", inspect_decoded,
-            enforce=_cluster_check(_Op.DESCRIBE_CONFIGS, _describe_client_quotas_error), versions=(0, 1)),
-    ApiSpec(49, "AlterClientQuotas", inspect_decoded, enforce=_enforce_alter_client_quotas, versions=(0, 1)),
     ApiSpec(55, "DescribeQuorum", inspect_decoded, enforce=_cluster_check(_Op.DESCRIBE, _describe_quorum_error), versions=(0, 2)),
     ApiSpec(57, "UpdateFeatures", inspect_decoded, enforce=_cluster_check(_Op.ALTER, _update_features_error), versions=(0, 2)),
     ApiSpec(71, "GetTelemetrySubscriptions", inspect_decoded, enforce=_forward, versions=(0, 0)),

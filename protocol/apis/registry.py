@@ -24,7 +24,8 @@ from kio.schema.index import api_key_map
 from dataclasses import replace
 
 from protocol.apis import (acls, admin, classic_groups, cluster, configs, consumer_groups, fetch, find_coordinator,
-                           metadata, produce, scram, share_groups, streams_groups, topic_admin, topics, transactions)
+                           metadata, produce, quotas, scram, share_groups, streams_groups, topic_admin, topics,
+                           transactions)
 from protocol.apis.base import ApiSpec
 from protocol.apis.generic import inspect_decoded
 
@@ -42,13 +43,14 @@ _BROKER_INTERNAL = frozenset(
     }
 )
 
-#: APIs kgw answers itself.
-LOCAL_KEYS = frozenset({17, 18, 36}) | acls.LOCAL_KEYS | configs.LOCAL_KEYS | scram.LOCAL_KEYS  # ApiVersions, SASL, ACLs, configs, SCRAM users
+#: APIs kgw answers itself: ApiVersions, SASL, ACLs, configs, SCRAM users, client quotas.
+LOCAL_KEYS = (frozenset({17, 18, 36}) | acls.LOCAL_KEYS | configs.LOCAL_KEYS | scram.LOCAL_KEYS
+              | quotas.LOCAL_KEYS)
 
 
 #: API family modules; a family may add enforcement to an API another module rewrites.
 _MODULES = (acls, admin, classic_groups, cluster, configs, consumer_groups, fetch, find_coordinator, metadata, produce,
-            scram, share_groups, streams_groups, topic_admin, topics, transactions)
+            quotas, scram, share_groups, streams_groups, topic_admin, topics, transactions)
 
 
 def _merge(base: ApiSpec | None, spec: ApiSpec) -> ApiSpec:

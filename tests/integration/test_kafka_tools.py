@@ -214,7 +214,7 @@ def test_every_security_change_is_logged_and_audited_with_who_made_it(tools):
         ("CREATE", f"Topic:LITERAL:{topic}", f"created ACL {acl}"),
         ("DELETE", f"Topic:LITERAL:{topic}", f"deleted ACL {acl}"),
         ("ALTER", f"User:LITERAL:{uid}", "upserted SCRAM-SHA-256 credential (4096 iterations)"),
-        ("ALTER_CONFIGS", f"ClientQuota:LITERAL:user={uid}", "set producer_byte_rate=1.04858e+06"),
+        ("ALTER_CONFIGS", f"ClientQuota:LITERAL:user={uid}", "set producer_byte_rate=1048576"),
         ("ALTER_CONFIGS", f"Topic:LITERAL:{topic}", "set retention.ms=7200000"),
     }
     lines = [line for line in tools.gw.process.stderr_path.read_text().splitlines() if " kgw.changes: " in line]

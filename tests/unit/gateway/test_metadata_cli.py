@@ -19,7 +19,7 @@ import trio
 from gateway.cli.main import main
 from metadata.directory import DirectoryMetadataStore
 from metadata.image import MetadataImage
-from metadata.records import ConfigRecord, UserScramCredentialRecord
+from metadata.records import ClientQuotaRecord, ConfigRecord, UserScramCredentialRecord
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -48,7 +48,9 @@ def _seed(capsys, d: str) -> None:
                "--topic", "audit", "--deny")[0] == 0
     _write(d, [ConfigRecord(resource_type=4, resource_name="", name="listener.name.sasl.max.connections", value="50"),
                UserScramCredentialRecord(name="carol", mechanism=2, salt=b"s" * 16, stored_key=b"k" * 64,
-                                         server_key=b"v" * 64, iterations=8192)])
+                                         server_key=b"v" * 64, iterations=8192),
+               ClientQuotaRecord(entity=(("client-id", None), ("user", "alice")), key="producer_byte_rate",
+                                 value=1048576.0, remove=False)])
 
 
 def _export(capsys, d: str) -> dict:
@@ -65,6 +67,9 @@ def test_export_import_moves_the_whole_state_and_is_idempotent(tmp_path, capsys)
     assert doc["configs"] == [{"resourceType": 4, "resourceName": "", "name": "listener.name.sasl.max.connections",
                                "value": "50"}]
     assert doc["scramCredentials"][0]["mechanism"] == "SCRAM-SHA-512"
+    assert doc["clientQuotas"] == [{"entity": [{"entityType": "client-id", "entityName": None},
+                                               {"entityType": "user", "entityName": "alice"}],
+                                    "key": "producer_byte_rate", "value": 1048576.0}]
     # the same ACL reads the same in `acls dump` (Kafka's metadata-shell view): id and field names
     code, out, err = run(capsys, "acls", "dump", "--data-dir", src)
     assert code == 0, err
@@ -76,7 +81,8 @@ def test_export_import_moves_the_whole_state_and_is_idempotent(tmp_path, capsys)
     assert stat.S_IMODE(os.stat(out_file).st_mode) == 0o600  # salted SCRAM keys inside
 
     code, out, _ = run(capsys, "metadata", "import", str(out_file), "--data-dir", dst)
-    assert code == 0 and out.startswith("imported 4 records: 2 ACLs, 1 config changes, 1 SCRAM credentials")
+    assert code == 0 and out.startswith("imported 5 records: 2 ACLs, 1 config changes, 1 SCRAM credentials, "
+                                        "1 client quotas, 0 removals")
     copy = _export(capsys, dst)
     assert {k: v for k, v in copy.items() if k != "offset"} == {k: v for k, v in doc.items() if k != "offset"}
 
@@ -89,18 +95,20 @@ def test_import_replace_removes_what_the_document_lacks(tmp_path, capsys):
     _seed(capsys, src)
     assert run(capsys, "acls", "add", "--data-dir", dst, "--principal", "User:mallory", "--operation", "ALL",
                "--cluster")[0] == 0
-    _write(dst, [ConfigRecord(resource_type=4, resource_name="", name="connections.max.idle.ms", value="1000")])
+    _write(dst, [ConfigRecord(resource_type=4, resource_name="", name="connections.max.idle.ms", value="1000"),
+                 ClientQuotaRecord(entity=(("client-id", "etl"),), key="consumer_byte_rate", value=5.0, remove=False)])
     backup = tmp_path / "doc.json"
     backup.write_text(json.dumps(_export(capsys, src)))
 
     code, out, _ = run(capsys, "metadata", "import", str(backup), "--data-dir", dst, "--dry-run")
-    assert code == 0 and out.startswith("would write 4 records")
+    assert code == 0 and out.startswith("would write 5 records")
     assert run(capsys, "metadata", "import", str(backup), "--data-dir", dst)[0] == 0
     assert [a["principal"] for a in _export(capsys, dst)["acls"]] == ["User:mallory", "User:bob", "User:alice"]
 
     code, out, _ = run(capsys, "metadata", "import", str(backup), "--data-dir", dst, "--replace")
-    assert code == 0 and out.startswith("imported 2 records")
+    assert code == 0 and out.startswith("imported 3 records")
     after = _export(capsys, dst)
+    assert [q["entity"][0]["entityName"] for q in after["clientQuotas"]] == [None]  # etl's is gone
     assert [a["principal"] for a in after["acls"]] == ["User:bob", "User:alice"]
     assert [c["name"] for c in after["configs"]] == ["listener.name.sasl.max.connections"]
 
@@ -132,7 +140,10 @@ def test_ls_and_cat_walk_the_metadata_shell_view(tmp_path, capsys):
     """#13: Kafka's metadata-shell commands over kgw's log (read-only; SCRAM keys never shown)."""
     d = str(tmp_path / "md")
     _seed(capsys, d)
-    assert run(capsys, "metadata", "ls", "--data-dir", d) == (0, "acl\nconfigs\n", "")
+    assert run(capsys, "metadata", "ls", "--data-dir", d) == (0, "acl\nclient-quotas\nconfigs\n", "")
+    # a client quota as Kafka's metadata shell shows it: entity types sorted, the default as <default>
+    assert run(capsys, "metadata", "cat", "/client-quotas/client-id/<default>/user/alice/producer_byte_rate",
+               "--data-dir", d)[:2] == (0, "1048576.0\n")
     code, out, _ = run(capsys, "metadata", "ls", "/acl/id", "--data-dir", d)
     ids = out.split()
     assert code == 0 and len(ids) == 2 and all(len(i) == 22 for i in ids)  # Kafka's Uuid.toString()
@@ -159,13 +170,13 @@ def test_the_shell_walks_the_view_with_relative_paths_from_a_pipe(tmp_path, caps
     monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(script) + "\n"))
     code, out, err = run(capsys, "metadata", "shell", "--data-dir", d)
     lines = out.splitlines()
-    assert lines[:3] == ["acl", "configs", "/acl/id"]
-    ids = lines[3:5]
+    assert lines[:4] == ["acl", "client-quotas", "configs", "/acl/id"]
+    ids = lines[4:6]
     assert all(len(i) == 22 for i in ids)  # Kafka's Uuid.toString(), as in ls /acl/id
-    assert lines[5:7] == ["/configs/broker/<default>", "50"]
-    assert lines[7:11] == ["/configs", "/configs/broker", "/configs/broker/<default>",
+    assert lines[6:8] == ["/configs/broker/<default>", "50"]
+    assert lines[8:12] == ["/configs", "/configs/broker", "/configs/broker/<default>",
                            "/configs/broker/<default>/listener.name.sasl.max.connections"]
-    assert lines[11:] == ["/configs/", "  broker/", "    <default>/", "      listener.name.sasl.max.connections: 50"]
+    assert lines[12:] == ["/configs/", "  broker/", "    <default>/", "      listener.name.sasl.max.connections: 50"]
     assert err == "cd: /scram: no such node\n"  # and nothing after exit ran
     assert code == 1
 
@@ -203,7 +214,7 @@ def test_the_shell_on_a_terminal_prompts_with_the_working_directory(tmp_path, ca
 
     try:
         read_until(b"/ >> ")
-        assert b"3 entries as of now" in seen  # 2 ACLs and 1 config; the SCRAM credential is not shown
+        assert b"4 entries as of now" in seen  # 2 ACLs, 1 config, 1 quota; the SCRAM credential is not shown
         os.write(leader, b"cd /configs/broker\n")
         read_until(b"/configs/broker >> ")
         os.write(leader, b"ls\n")

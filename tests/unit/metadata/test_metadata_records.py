@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metadata.records import AccessControlEntryRecord, ConfigRecord, RemoveAccessControlEntryRecord, RemoveUserScramCredentialRecord, UnknownMetadataRecord, UserScramCredentialRecord, decode_record, encode_record
+from metadata.records import AccessControlEntryRecord, ClientQuotaRecord, ConfigRecord, RemoveAccessControlEntryRecord, RemoveUserScramCredentialRecord, UnknownMetadataRecord, UserScramCredentialRecord, decode_record, encode_record
 from metadata.record_codec import MetadataRecordError
 
 ACL_ID = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
@@ -63,6 +63,7 @@ def test_api_keys_match_kafka() -> None:
             ConfigRecord,
             UserScramCredentialRecord,
             RemoveUserScramCredentialRecord,
+            ClientQuotaRecord,
         )
     }
     assert keys == {
@@ -71,7 +72,25 @@ def test_api_keys_match_kafka() -> None:
         "ConfigRecord": 4,
         "UserScramCredentialRecord": 11,
         "RemoveUserScramCredentialRecord": 22,
+        "ClientQuotaRecord": 14,
     }
+
+
+def test_client_quota_record_bytes_match_the_json_schema() -> None:
+    """ClientQuotaRecord v0: entity [(type, nullable name)] as a compact array of structs each
+    with its tagged fields, key, float64 value, bool remove, tagged fields."""
+    record = ClientQuotaRecord(entity=(("user", "alice"), ("client-id", None)), key="producer_byte_rate",
+                               value=1048576.0, remove=False)
+    expected = bytes.fromhex(
+        "01" "0e" "00"                      # frame version 1, api key 14, version 0
+        "03"                                # two entity entries
+        "05" + b"user".hex() + "06" + b"alice".hex() + "00"
+        "0a" + b"client-id".hex() + "00" "00"   # a null name: the default
+        "13" + b"producer_byte_rate".hex() +
+        "4130000000000000"                  # 1048576.0
+        "00" "00")
+    assert encode_record(record) == expected
+    assert decode_record(expected) == record
 
 
 int8s = st.integers(-128, 127)
@@ -109,6 +128,13 @@ records = st.one_of(
         iterations=st.integers(-(2**31), 2**31 - 1),
     ),
     st.builds(RemoveUserScramCredentialRecord, name=texts, mechanism=int8s),
+    st.builds(
+        ClientQuotaRecord,
+        entity=st.lists(st.tuples(texts, st.none() | texts), max_size=3).map(tuple),
+        key=texts,
+        value=st.floats(allow_nan=False),
+        remove=st.booleans(),
+    ),
 )
 
 

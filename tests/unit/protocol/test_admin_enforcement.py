@@ -1,7 +1,8 @@
-"""Admin/security APIs (38-41, 48, 49, 55, 57, 71, 72, 74) against a real StandardAuthorizer (docs/authorization.md).
+"""Admin/security APIs (38-41, 55, 57, 71, 72, 74) against a real StandardAuthorizer (docs/authorization.md).
 
-SASL (17, 36) is answered by the connection and the SCRAM APIs (50, 51) by
-protocol/apis/scram.py (tests/unit/protocol/test_scram_api.py): neither has an enforcer."""
+SASL (17, 36) is answered by the connection, the SCRAM APIs (50, 51) by protocol/apis/scram.py
+(tests/unit/protocol/test_scram_api.py) and the client-quota APIs (48, 49) by
+protocol/apis/quotas.py (tests/unit/protocol/test_quota_api.py): none has an enforcer."""
 
 from __future__ import annotations
 
@@ -43,21 +44,6 @@ def nested_cls(cls, *path):
 # -- cluster-resource checks ------------------------------------------------------
 
 
-def quotas_describe(version):
-    return build(48, version, components=(), strict=False)
-
-
-def quotas_alter(version):
-    cls = request_class(49, version)
-    entry = nested_cls(cls, "entries")
-    entity = nested_cls(entry, "entity")
-    op = nested_cls(entry, "ops")
-    return cls(entries=(entry(entity=(entity(entity_type="user", entity_name="bob"),
-                                      entity(entity_type="client-id", entity_name=None)),
-                              ops=(op(key="producer_byte_rate", value=1024.0, remove=False),)),),
-               validate_only=False)
-
-
 def quorum(version):
     cls = request_class(55, version)
     t = nested_cls(cls, "topics")
@@ -75,8 +61,6 @@ def features(version):
 
 CASES = [
     # (api key, versions, request builder, operation)
-    (48, [0, 1], quotas_describe, Op.DESCRIBE_CONFIGS),
-    (49, [0, 1], quotas_alter, Op.ALTER_CONFIGS),
     (55, [0, 1, 2], quorum, Op.DESCRIBE),
     (57, [0, 1, 2], features, Op.ALTER),
     (74, [0, 1], lambda v: build(74, v, resource_types=()), Op.DESCRIBE_CONFIGS),
@@ -97,24 +81,6 @@ def test_cluster_check_allowed_forwards_and_denied_is_31(api_key, versions, make
         (rec,) = audit(caplog)  # T/T: the denial is logged at INFO
         assert rec.levelno == logging.INFO and f"operation = {op.name}" in rec.getMessage()
         assert "Cluster:LITERAL:kafka-cluster" in rec.getMessage()
-
-
-def test_describe_configs_implied_by_alter_configs_for_quotas():
-    assert enforce(authorizer(acl(RT.CLUSTER, CLUSTER, Op.ALTER_CONFIGS)), 48, 1, quotas_describe(1))[0] is FORWARD
-
-
-@pytest.mark.parametrize("version", [0, 1])
-def test_describe_client_quotas_denied_shape(version):
-    r = answer(enforce(authorizer(), 48, version, quotas_describe(version))[0], 48, version)
-    assert r.error_code == ErrorCode(31) and r.error_message is None and r.entries is None
-
-
-@pytest.mark.parametrize("version", [0, 1])
-def test_alter_client_quotas_denied_on_every_entry(version):
-    r = answer(enforce(authorizer(), 49, version, quotas_alter(version))[0], 49, version)
-    (entry,) = r.entries
-    assert entry.error_code == ErrorCode(31) and entry.error_message == "Cluster authorization failed."
-    assert [(e.entity_type, e.entity_name) for e in entry.entity] == [("user", "bob"), ("client-id", None)]
 
 
 @pytest.mark.parametrize("version", [0, 2])
