@@ -180,14 +180,14 @@ def next_request(decoder: FrameDecoder) -> memoryview | object:
 
 
 class Slot:
-    __slots__ = ("header", "spec", "data", "sent_at", "deadline", "merge", "large", "quota", "size", "busy")
+    __slots__ = ("header", "spec", "data", "sent_at", "deadline", "merge", "large", "quota", "busy", "throttle")
 
     def __init__(self, header: RequestHeader, spec: ApiSpec) -> None:
         self.header = header
         self.spec = spec
         self.merge = None
-        #: the connection's quotas when some client quota is set (then ``size``: the request's
-        #: bytes, ``busy``: seconds kgw spent dispatching it)
+        #: the connection's quotas when some client quota is set (then ``busy``: seconds kgw
+        #: spent dispatching it, ``throttle``: ms the request itself put the client over a quota)
         self.quota = None
         #: the request was large: its merge (proportional to the request) runs on a worker thread
         self.large = False
@@ -352,13 +352,19 @@ class ConnectionCore:
             self._dispatch_started = 0.0
 
     def _measure(self, slot: Slot, size: int) -> None:
-        """Give a forwarded request's slot the connection's quotas, its size and the time kgw
-        spent dispatching it (0 when it went on after an await: only kgw's own work counts)."""
+        """Give a forwarded request's slot the connection's quotas and the time kgw spent
+        dispatching it (0 when it went on after an await: only kgw's own work counts), and
+        record its bytes (``size``: the frame's); over a quota, the connection is throttled
+        from the next request on."""
         quota = self.quota = self._quotas.for_connection(self.principal.name, self.client_id, self.quota)
         if quota.produce or quota.fetch or quota.request:
             started = self._dispatch_started
-            slot.quota, slot.size = quota, size - 4  # the request's bytes, as Kafka counts them
+            slot.quota = quota
             slot.busy = time.perf_counter() - started if started else 0.0
+            # the request's bytes as Kafka counts them: without the size prefix
+            slot.throttle = throttle = quota.on_request(slot.header.api_key, size - 4)
+            if throttle:
+                self.throttled_until = max(self.throttled_until, time.monotonic() + throttle / 1000.0)
 
     def _dispatch(self, frame: memoryview, to_upstream: list) -> bool | Await:
         session = self.auth.session
@@ -731,7 +737,7 @@ class ConnectionCore:
         """Record a completed request against its quotas; over one, the response carries the
         throttle time and the connection is read no more until it has passed (KIP-219)."""
         header = slot.header
-        throttle_ms = slot.quota.on_response(header.api_key, slot.size, len(slot.data) - 4, slot.busy)
+        throttle_ms = max(slot.throttle, slot.quota.on_response(header.api_key, len(slot.data) - 4, slot.busy))
         if throttle_ms > 0:
             slot.data = with_throttle_time(header.api_key, header.api_version, header.flexible, slot.data,
                                            throttle_ms)

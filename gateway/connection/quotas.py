@@ -16,8 +16,10 @@ by the time they span, counted as at least ``window.num - 1`` full windows.  One
 Recording a value that takes the rate above the quota gives the client a throttle time,
 ``(rate - quota) / quota * window`` (Kafka's ``QuotaUtils.throttleTime``), in ms:
 
-* produce: the request's size, recorded when its response completes;
-* fetch: the response's size;
+* produce: the request's size, recorded when it is forwarded, so that the requests a client
+  pipelined behind the one that went over are held (a broker reads one request of a
+  connection at a time: the same effect);
+* fetch: the response's size, when it completes;
 * request_percentage: the time kgw's own threads spent on the request (dispatch and
   completion), as a percentage of one thread over the window; its throttle is at most one
   window (as Kafka's request quota);
@@ -140,14 +142,21 @@ class ConnectionQuotas:
         self.fetch = found.get("fetch")
         self.request = found.get("request")
 
-    def on_response(self, api_key: int, request_bytes: int, response_bytes: int, busy_s: float) -> int:
-        """Record one completed request; the throttle time in ms (0: none)."""
+    def on_request(self, api_key: int, request_bytes: int) -> int:
+        """Record a request as it is forwarded (produce: its bytes); the throttle time in ms.
+        Recorded here, not when it is answered: a client's pipelined requests are held from
+        the first one over the quota on (a broker reads one request of a connection at a time)."""
+        if api_key == PRODUCE and self.produce is not None:
+            return self.manager.record("produce", self.produce, request_bytes, time.monotonic() * 1000.0)
+        return 0
+
+    def on_response(self, api_key: int, response_bytes: int, busy_s: float) -> int:
+        """Record a completed request (fetch: the response's bytes; kgw's time on it); the
+        throttle time in ms (0: none)."""
         now_ms = time.monotonic() * 1000.0
         manager = self.manager
         throttle = 0
-        if api_key == PRODUCE and self.produce is not None:
-            throttle = manager.record("produce", self.produce, request_bytes, now_ms)
-        elif api_key == FETCH and self.fetch is not None:
+        if api_key == FETCH and self.fetch is not None:
             throttle = manager.record("fetch", self.fetch, response_bytes, now_ms)
         if self.request is not None:
             throttle = max(throttle, manager.record("request", self.request, busy_s * 100.0, now_ms))

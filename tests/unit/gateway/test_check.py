@@ -158,6 +158,18 @@ def test_a_boolean_that_is_not_one_is_refused(tmp_path, capsys, command):
     assert errors == [f"{path}: authorizer.config: allow.everyone.if.no.acl.found: 'nope' is not true or false"]
 
 
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_quota_window_settings_are_checked(tmp_path, capsys, command):
+    path = _write(tmp_path, quotas={"window_num": 1, "window_size_seconds": "1s", "max_trackd": 5})
+    rc, errors = _errors(capsys, [command, "--config", path])
+    assert rc == 2
+    assert errors == [
+        f"{path}: quotas.max_trackd: unknown key (did you mean \"max_tracked\"?); valid keys: window_num, "
+        "window_size_seconds, max_tracked",
+        f"{path}: quotas.window_num: must be a number of samples from 2 to 1000, got 1",
+        f'{path}: quotas.window_size_seconds: must be seconds from 1 to 3600, got "1s"']
+
+
 def test_the_authorizer_keys_kgw_documents_pass(tmp_path, capsys):
     path = _write(tmp_path, authorizer={"class_name": "authz.standard_authorizer:StandardAuthorizer",
                                         "config": {"super.users": "User:admin;User:ops",
