@@ -184,12 +184,6 @@ class QuotaManager:
         image = self.image
         return -1 if image is None else image.quota_version
 
-    @property
-    def active(self) -> bool:
-        """Whether any quota is set (else nothing is measured at all)."""
-        image = self.image
-        return image is not None and bool(image.quotas)
-
     def for_connection(self, user: str, client_id: str | None,
                        current: ConnectionQuotas | None) -> ConnectionQuotas | None:
         """The connection's quotas, ``current`` if still valid; None when none applies."""

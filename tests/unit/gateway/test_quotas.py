@@ -124,3 +124,24 @@ async def test_connections_over_an_ip_creation_rate_quota_are_held_then_closed(n
                                                           "reason": "connection_quota_per_ip"}) == 1
     assert registry.get_sample_value("kgw_quota_throttled_responses_total",
                                      {"quota": "connection_creation", "entity": "ip"}) == 1
+
+
+async def test_a_client_over_its_request_percentage_is_throttled_at_most_a_window(nursery, tmp_path, data_plane):
+    """KIP-124: the time kgw spends on a client's requests, against a share of one thread; the
+    throttle time is at most one window (as Kafka's request quota)."""
+    broker = await nursery.start(FakeBroker().serve)
+    gateway, port = await _start_gateway(nursery, tmp_path, broker, data_plane,
+                                         quotas={"window_num": 2, "window_size_seconds": 1})
+    await gateway.image.append([ClientQuotaRecord(entity=(("client-id", None),), key="request_percentage",
+                                                  value=0.0001, remove=False)])  # a millionth of a thread
+    client = await RawClient.connect(port)
+    throttles = []
+    for correlation_id in range(1, 4):
+        await client.send(16, 4, correlation_id, request_class(16, 4)(states_filter=()))
+        with trio.fail_after(10):
+            corr, response = await client.receive(16, 4)
+        assert corr == correlation_id
+        throttles.append(response.throttle_time)
+    assert max(throttles) == timedelta(milliseconds=1000)  # capped at one window of 1 s
+    assert gateway.metrics.registry.get_sample_value(
+        "kgw_quota_throttled_responses_total", {"quota": "request", "entity": "client-id-default"}) >= 1
