@@ -739,6 +739,9 @@ class ConnectionCore:
         header = slot.header
         throttle_ms = max(slot.throttle, slot.quota.on_response(header.api_key, len(slot.data) - 4, slot.busy))
         if throttle_ms > 0:
-            slot.data = with_throttle_time(header.api_key, header.api_version, header.flexible, slot.data,
-                                           throttle_ms)
+            try:
+                slot.data = with_throttle_time(header.api_key, header.api_version, header.flexible, slot.data,
+                                               throttle_ms)
+            except CodecError:  # a response kio cannot re-encode goes as it is: the mute below still holds
+                pass
             self.throttled_until = max(self.throttled_until, time.monotonic() + throttle_ms / 1000.0)

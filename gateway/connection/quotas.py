@@ -44,14 +44,14 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
-from metadata.client_quotas import LEVELS, Resolved, resolve, resolve_ip
+from metadata.client_quotas import Resolved, resolve, resolve_ip
 
 __all__ = ["ConnectionQuotas", "QuotaManager", "Rate"]
 
 PRODUCE, FETCH = 0, 1
 #: quota kinds -> the quota key they are set with
 KEYS = {"produce": "producer_byte_rate", "fetch": "consumer_byte_rate", "request": "request_percentage"}
-_LEVEL_NAMES = tuple(level for level, *_ in LEVELS) + ("ip", "ip-default")
+_INT32_MAX = 2**31 - 1
 
 
 class Rate:
@@ -125,7 +125,7 @@ class _Sensor:
             throttle = (measured - bound) / bound * rate.window_size_ms(now_ms)
         if max_throttle_ms is not None:
             throttle = min(throttle, max_throttle_ms)
-        return int(round(throttle))
+        return int(round(min(throttle, _INT32_MAX)))  # throttle_time_ms is an int32
 
 
 class ConnectionQuotas:
