@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["CLIENT_KEYS", "IP_KEYS", "LEVELS", "Resolved", "resolve", "resolve_ip"]
+__all__ = ["CLIENT_KEYS", "IP_KEYS", "LEVELS", "Resolved", "entity_order", "resolve", "resolve_ip"]
 
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 ENTITY_TYPES: Final = frozenset({USER, CLIENT_ID, IP})
@@ -69,6 +69,11 @@ class Resolved:
     value: float
     level: str
     tags: tuple[str, str]
+
+
+def entity_order(entity: Entity) -> list[tuple[str, bool, str]]:
+    """A sort key for entities: by type, the default before names, then by name."""
+    return [(t, n is not None, n or "") for t, n in entity]
 
 
 def _entity(template: Iterable[tuple[str, str | None]], user: str, client_id: str) -> Entity:

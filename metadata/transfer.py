@@ -40,6 +40,7 @@ from enum import IntEnum
 from typing import Any
 
 from authz.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from metadata.client_quotas import entity_order
 from metadata.image import binding_to_record, quota_entity, record_to_binding
 from metadata.records import (
     AccessControlEntryRecord,
@@ -88,11 +89,9 @@ def export_document(acls: Mapping[uuid.UUID, Any], configs: Mapping[tuple[int, s
           "salt": _b64(r.salt), "storedKey": _b64(r.stored_key), "serverKey": _b64(r.server_key)}
          for r in scram.values()),
         key=lambda e: (e["name"], e["mechanism"]))
-    quota_entries = sorted(
-        ({"entity": [{"entityType": t, "entityName": n} for t, n in entity], "key": k, "value": v}
-         for entity, values in (quotas or {}).items() for k, v in values.items()),
-        key=lambda e: ([(x["entityType"], x["entityName"] is not None, x["entityName"] or "") for x in e["entity"]],
-                       e["key"]))
+    quota_entries = [{"entity": [{"entityType": t, "entityName": n} for t, n in entity], "key": k, "value": v}
+                     for entity, values in sorted((quotas or {}).items(), key=lambda kv: entity_order(kv[0]))
+                     for k, v in sorted(values.items())]
     return {"format": FORMAT, "version": VERSION, "offset": offset, "acls": acl_entries,
             "configs": config_entries, "scramCredentials": scram_entries, "clientQuotas": quota_entries}
 
@@ -229,9 +228,9 @@ def plan_import(target: Any, records: Sequence[MetadataRecord], *, replace: bool
         if target.scram.get(key) != r:
             plan.append(r)
     target_quotas = getattr(target, "quotas", {})
-    for (entity, key), value in wanted_quotas.items():
-        if target_quotas.get(entity, {}).get(key) != value:
-            plan.append(ClientQuotaRecord(entity=entity, key=key, value=value, remove=False))
+    for (entity, quota_key), quota in wanted_quotas.items():
+        if target_quotas.get(entity, {}).get(quota_key) != quota:
+            plan.append(ClientQuotaRecord(entity=entity, key=quota_key, value=quota, remove=False))
     if replace:
         plan += [RemoveAccessControlEntryRecord(id=acl_id) for binding, acl_id in present.items()
                  if binding not in wanted_acls]

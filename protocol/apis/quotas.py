@@ -40,7 +40,7 @@ from kio.schema.errors import ErrorCode
 
 from authz.acl import AclOperation
 from authz.authorizer import StoreUnavailableError
-from metadata.client_quotas import CLIENT_ID, CLIENT_KEYS, ENTITY_TYPES, IP, IP_KEYS, USER
+from metadata.client_quotas import CLIENT_ID, CLIENT_KEYS, ENTITY_TYPES, IP, IP_KEYS, USER, entity_order
 from metadata.image import quota_entity
 from metadata.records import ClientQuotaRecord
 from metadata.store import MetadataLogError
@@ -141,7 +141,7 @@ async def _describe(gw: LocalServices, auth: AuthHelper, header: RequestHeader, 
         return response(e.code, str(e), None)
     quotas = gw.image.quotas if gw.image is not None else {}
     entries = []
-    for entity, values in sorted(quotas.items(), key=lambda kv: [(t, n is not None, n or "") for t, n in kv[0]]):
+    for entity, values in sorted(quotas.items(), key=lambda kv: entity_order(kv[0])):
         if values and _matches(dict(entity), exact, specified, bool(request.strict)):
             entries.append(entry_cls(
                 entity=tuple(entity_cls(entity_type=t, entity_name=n) for t, n in entity),
