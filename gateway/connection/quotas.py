@@ -257,7 +257,10 @@ class _QuotaCollector:
         recorded = CounterMetricFamily("kgw_quota_recorded", "What client quotas measured: bytes (produce, "
                                        "fetch), percent-seconds of a thread (request), connections (connection_creation)",
                                        labels=["quota", "entity"])
-        for (kind, level), (n, ms, amount) in sorted(self.manager.counts().items()):
+        counts = self.manager.counts()
+        if not counts:  # no quota measured anything yet: the series appear on first use
+            return
+        for (kind, level), (n, ms, amount) in sorted(counts.items()):
             throttled.add_metric([kind, level], n)
             seconds.add_metric([kind, level], ms / 1000.0)
             recorded.add_metric([kind, level], amount)

@@ -13,12 +13,16 @@ import socket
 import struct
 import urllib.request
 import uuid
+from datetime import timedelta
 
 import pytest
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from protocol.codecs import nested, request_class
+from tests.support.acls import add_acl
 from tests.support.kafka_data import authentication_error, confluent_errors
+from tests.support.raw_kafka import RawConnection
 from tests.support.metrics_doc import documented
 from gateway.cli.dev_certs import write_dev_certs
 from tests.support.ports import HOST, free_port, free_port_base
@@ -63,13 +67,16 @@ def test_the_metrics_reference_is_what_a_gateway_exports(start_gateway, tmp_path
     tls = {"name": "SSL", "security_protocol": "SSL", "host": HOST, "port": free_port(), "advertised_host": HOST,
            "broker_port_base": free_port_base(),
            "tls": {"cert_file": str(certs["gateway.pem"]), "key_file": str(certs["gateway-key.pem"])}}
+    name = f"metrics-ref-{uid}"
+    # ANONYMOUS may alter client quotas (CLUSTER ALTER_CONFIGS): a quota is set below
+    add_acl(tmp_path / name / "metadata", "--operation", "ALTER_CONFIGS", "--cluster")
     gw = start_gateway({
         "listeners": [external, sasl, tls],
         "authorizer": {"class_name": "authz.standard_authorizer:StandardAuthorizer",
                        "config": {"allow.everyone.if.no.acl.found": False}},
         "audit": {"publish": True, "topic": f"kgw-audit-{uid}", "linger_ms": 100},
         "users": {"scram": [_scram_entry("somebody", "somebody-pw")]},
-    }, name=f"metrics-ref-{uid}")
+    }, name=name)
     admin = AdminClient({"bootstrap.servers": gw.bootstrap})
     admin.list_topics(f"denied-{uid}", timeout=20)  # ANONYMOUS has no ACL: denied
     errors = confluent_errors({"bootstrap.servers": gw.listeners["SASL"], "security.protocol": "SASL_PLAINTEXT",
@@ -84,6 +91,18 @@ def test_the_metrics_reference_is_what_a_gateway_exports(start_gateway, tmp_path
     with socket.create_connection((host, int(port)), timeout=10) as raw:  # API key 32000: closed, counted
         raw.sendall(struct.pack(">ihhih", 10, 32000, 0, 1, -1))
         assert raw.recv(1) == b""
+    # a request quota of a millionth of a thread for every client id: the next request is throttled
+    alter = request_class(49, 1)
+    entry, entity, op = nested(alter, "entries"), nested(nested(alter, "entries"), "entity"), \
+        nested(nested(alter, "entries"), "ops")
+    with RawConnection(gw.bootstrap) as conn:
+        (result,) = conn.call(49, 1, alter(validate_only=False, entries=(entry(
+            entity=(entity(entity_type="client-id", entity_name=None),),
+            ops=(op(key="request_percentage", value=0.0001, remove=False),)),))).entries
+        assert int(result.error_code) == 0, result
+        # (the first one opens the upstream connection: kgw's time on it is counted from the second)
+        assert max(conn.call(16, 4, request_class(16, 4)(states_filter=())).throttle_time for _ in range(2)) \
+            > timedelta(0)
     os.kill(gw.process.pid, signal.SIGHUP)  # a certificate reload: its counter appears
     text = wait_until(lambda: _scrape_when(gw.admin_url, "kgw_tls_certificate_reloads_total{"), 20,
                       message="the reload counted")
