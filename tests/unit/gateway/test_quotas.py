@@ -53,8 +53,8 @@ def test_the_throttle_time_is_kafkas_and_a_client_that_waits_it_stays_within_its
     assert counts[0] > 0 and counts[2] > 20_000 + sent
 
 
-def _produce(name: str):
-    return produce8.ProduceRequest(transactional_id=None, acks=i16(1), timeout=timedelta(seconds=5), topic_data=(
+def _produce(name: str, timeout_s: float = 5):
+    return produce8.ProduceRequest(transactional_id=None, acks=i16(1), timeout=timedelta(seconds=timeout_s), topic_data=(
         produce8.TopicProduceData(name=name, partition_data=(produce8.PartitionProduceData(
             index=i32(0), records=b"x" * 970),)),))
 
@@ -145,3 +145,29 @@ async def test_a_client_over_its_request_percentage_is_throttled_at_most_a_windo
     assert max(throttles) == timedelta(milliseconds=1000)  # capped at one window of 1 s
     assert gateway.metrics.registry.get_sample_value(
         "kgw_quota_throttled_responses_total", {"quota": "request", "entity": "client-id-default"}) >= 1
+
+
+async def test_a_throttle_longer_than_the_request_timeout_does_not_time_out_what_is_in_flight(
+        nursery, tmp_path, data_plane):
+    """A pipelined request waits out the throttle its predecessor earned while that one's answer
+    is on its way; on the data plane the answer is read after the wait, and the wait does not
+    count against the request timeout."""
+    broker = await nursery.start(FakeBroker().serve)
+    gateway, port = await _start_gateway(
+        nursery, tmp_path, broker, data_plane, quotas={"window_num": 2, "window_size_seconds": 1},
+        upstream={"bootstrap_servers": [f"127.0.0.1:{broker.port}"], "request_timeout_ms": 1000})
+    client = await RawClient.connect(port)
+    await client.send(16, 4, 1, request_class(16, 4)(states_filter=()))  # opens the upstream (data plane)
+    assert (await client.receive(16, 4))[0] == 1
+    # (no broker-side wait in the produces: their deadline is the request timeout alone)
+    size = len(_with_client_id(bytearray(encode_request(0, 8, 2, _produce("t", 0))), "slow")) - 4
+    # a quota that gives the first produce a throttle of 1.5 s, longer than the 1 s request timeout
+    await gateway.image.append([ClientQuotaRecord(entity=(("client-id", "slow"),), key="producer_byte_rate",
+                                                  value=size / 2.5, remove=False)])
+    burst = b"".join(_with_client_id(bytearray(encode_request(0, 8, c, _produce("t", 0))), "slow") for c in (2, 3))
+    await client.stream.send_all(burst)
+    with trio.fail_after(10):
+        first = await client.receive(0, 8)
+        second = await client.receive(0, 8)
+    assert (first[0], second[0]) == (2, 3)
+    assert first[1].throttle_time == timedelta(milliseconds=1500)
