@@ -198,8 +198,7 @@ def check_trail(spark, options: dict[str, str], out: Path, source: str = "kgw", 
     the gateways are scraped first, then every record is read once, in order, on the driver.
     Writes ``chains.json`` and ``reconciliation.json`` beside the report."""
     scrapes = [read_metrics(where) for where in metrics or []]
-    batch_options = {k: v for k, v in options.items() if k not in ("maxOffsetsPerTrigger",)}
-    rows = (spark.read.format(source).options(**batch_options).load()
+    rows = (spark.read.format(source).options(**options).load()
             .select("partition", "offset", "value").orderBy("partition", "offset").toLocalIterator())
     trail, tallies = examine(((int(r["partition"]), int(r["offset"]), bytes(r["value"] or b"")) for r in rows),
                              checkpoints or {})
