@@ -342,15 +342,7 @@ class ConnectionCore:
         """:meth:`dispatch` under client quotas: nothing is read while the connection is
         throttled, and the time spent dispatching is measured (for :meth:`_track`)."""
         if self.throttled_until:
-            now = time.monotonic()
-            if now < self.throttled_until:
-                # the answers in flight may be read only after the wait (the data plane pauses the
-                # lane): the wait does not count against their request timeout
-                wait = self.throttled_until - now
-                for slot in self.in_flight:
-                    slot.deadline += wait
-                if self.in_flight:
-                    self._on_first_in_flight(self.in_flight[0])
+            if time.monotonic() < self.throttled_until:  # both drivers go on reading the upstream's answers
                 return NeedThrottle(self.throttled_until, lambda _r, out: self._dispatch_quoted(frame, out))
             self.throttled_until = 0.0
         self._dispatch_started = time.perf_counter()

@@ -25,7 +25,10 @@ request too large to inspect here without stalling every other lane) it returns
 an :class:`~gateway.connection.core.Await`: the lane pauses (neither socket is
 read), the Await goes to the connection's Trio task, which performs it with its
 I/O redirected to the lane (``ClientConnection.perform``), and the lane resumes
-with whatever that produced.  A response too large to complete here is *heavy*:
+with whatever that produced.  One Await is served here instead: a client over a client quota
+(``NeedThrottle``) has its request held by the lane, which reads nothing more of the client but
+goes on reading and sending the upstream's answers, and lets the request go on at the first tick
+after its time (KIP-219's mute).  A response too large to complete here is *heavy*:
 completed on a worker thread the same way.  The connection's state is
 therefore touched by one thread at a time: by the lane while it runs, by the
 Trio task while the lane is paused.
@@ -74,7 +77,7 @@ from typing import Callable
 
 import trio
 
-from gateway.connection.core import CloseConnection, next_request
+from gateway.connection.core import CloseConnection, NeedThrottle, next_request
 from gateway.connection.lane import Lane
 from protocol.framing import NEED_DATA, FrameDecoder
 
@@ -312,6 +315,26 @@ class DataPlane:
                     lane.conn.check_timeouts(now)  # idle for connections_max_idle_ms
                 except CloseConnection as e:
                     self._end(lane, ("closed", e))
+                    continue
+                if lane.held is not None and now >= lane.held.until:
+                    self._guarded(lane, self._release_held, lane)
+
+    def _release_held(self, lane: Lane) -> None:
+        """A client's throttle has passed: its held request goes on, then what it sent after."""
+        step, lane.held = lane.held, None
+        outcome = step.then(None, lane.uout)
+        if type(outcome) is NeedThrottle:
+            lane.held = outcome
+        elif outcome is not True and outcome is not False:
+            lane.paused = True
+            lane.post(("await", outcome))
+            return
+        if lane.uout:
+            self._write(lane, lane.ufd, lane.uout, False)
+        if outcome is True:
+            lane.metrics()
+            self._flush_client(lane)
+        self._process_client(lane)
 
     # ---------------------------------------------------------------- events
     def _client_event(self, lane: Lane, ev: int) -> None:
@@ -349,8 +372,8 @@ class DataPlane:
             self._write(lane, lane.ufd, uout, False)
             if uout:
                 return  # the upstream is not taking more now: EPOLLOUT resumes us
-        if lane.draining:
-            return  # no new request while the gateway stops
+        if lane.draining or lane.held is not None:
+            return  # no new request while the gateway stops, or while the client waits out a throttle
         conn, dec = lane.conn, lane.cdec
         pending, limit = conn.pending, conn.max_in_flight
         budget = _QUANTUM
@@ -370,6 +393,9 @@ class DataPlane:
                 outcome = conn.dispatch(frame, uout)
                 if outcome is True:
                     answered = True
+                elif type(outcome) is NeedThrottle:  # over a quota: held here, the answers still read
+                    lane.held = outcome
+                    break
                 elif outcome is not False:  # an Await: performed on the connection's Trio task
                     lane.paused = True
                     lane.post(("await", outcome))
@@ -458,7 +484,7 @@ class DataPlane:
         else:
             conn = lane.conn
             can_take = (not lane.uout and len(conn.pending) < conn.max_in_flight and not lane.draining
-                        and conn.unsent < conn.max_unsent)
+                        and conn.unsent < conn.max_unsent and lane.held is None)
             # frames still buffered from the last read: served from the ready list, not the socket
             cmask = _IN if can_take and not lane.backlog else 0
             if can_take and lane.backlog:

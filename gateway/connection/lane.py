@@ -6,7 +6,7 @@ connection's Trio task only while it is paused."""
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from protocol.framing import FrameDecoder
 
@@ -21,7 +21,7 @@ class Lane:
 
     __slots__ = ("conn", "cfd", "ufd", "cdec", "udec", "cout", "uout", "paused", "closed", "post",
                  "cmask", "umask", "bytes_in", "bytes_out", "n_in", "n_out", "deferred", "draining",
-                 "backlog", "queued", "awaited_upstream")
+                 "backlog", "queued", "awaited_upstream", "held")
 
     def __init__(self, conn: "ConnectionCore", cfd: int, ufd: int, client_decoder: FrameDecoder,
                  upstream_frames: list, post: Callable[[tuple], None]) -> None:
@@ -55,6 +55,9 @@ class Lane:
         #: frames an awaited step sent towards the upstream while the lane was paused (the
         #: Trio task does not write to the upstream socket then); sent when the lane resumes
         self.awaited_upstream: list[memoryview] = []
+        #: a request held while the client is over a quota (a NeedThrottle step): the client is not
+        #: read until it goes on, at the first tick after its time; the upstream's answers still are
+        self.held: Any = None
 
     def metrics(self) -> None:
         deferred = self.deferred

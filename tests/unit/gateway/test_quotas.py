@@ -150,8 +150,9 @@ async def test_a_client_over_its_request_percentage_is_throttled_at_most_a_windo
 async def test_a_throttle_longer_than_the_request_timeout_does_not_time_out_what_is_in_flight(
         nursery, tmp_path, data_plane):
     """A pipelined request waits out the throttle its predecessor earned while that one's answer
-    is on its way; on the data plane the answer is read after the wait, and the wait does not
-    count against the request timeout."""
+    is on its way: the answer is read and sent meanwhile (on the data plane too, where the lane
+    holds the request itself rather than pausing), so a throttle longer than the request timeout
+    times nothing out."""
     broker = await nursery.start(FakeBroker().serve)
     gateway, port = await _start_gateway(
         nursery, tmp_path, broker, data_plane, quotas={"window_num": 2, "window_size_seconds": 1},
