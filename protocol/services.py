@@ -14,11 +14,14 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from authz.authorizer import Authorizer
+from kio.schema.errors import ErrorCode
+
+from authz.authorizer import Authorizer, StoreUnavailableError
 from authz.credentials import ScramCredential
+from metadata.store import MetadataLogError
 from configs.config_model import AlterResult, ConfigChange, ConfigEntry, ConfigResource
 
-__all__ = ["BrokerConfigs", "LocalServices", "MetadataWriter", "TopicListing", "UpstreamQueries"]
+__all__ = ["BrokerConfigs", "LocalServices", "MetadataWriter", "TopicListing", "UpstreamQueries", "store_records"]
 
 
 class MetadataWriter(Protocol):
@@ -31,6 +34,22 @@ class MetadataWriter(Protocol):
 
     async def append(self, records: Sequence[Any]) -> int:
         """Append records to the metadata log; returns once they are durable and applied."""
+
+
+async def store_records(image: MetadataWriter | None, records: Sequence[Any]) -> tuple[ErrorCode, str] | None:
+    """Append a local answer's records (durable and applied when it returns); None when stored,
+    else the error code and message every change of the batch gets (it is applied whole or not
+    at all): REQUEST_TIMED_OUT (retriable) while the store is unavailable, UNKNOWN_SERVER_ERROR
+    for a failed write (a full disk) or a log not loaded yet -- said, never a dropped connection."""
+    if image is None:
+        return ErrorCode.unknown_server_error, "the metadata log is not loaded yet"
+    try:
+        await image.append(records)
+    except StoreUnavailableError as e:
+        return ErrorCode.request_timed_out, f"The change was not stored: {e}"
+    except MetadataLogError as e:
+        return ErrorCode.unknown_server_error, f"The change was not stored: {e}"
+    return None
 
 
 class BrokerConfigs(Protocol):

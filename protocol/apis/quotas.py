@@ -39,18 +39,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from authz.acl import AclOperation
-from authz.authorizer import StoreUnavailableError
 from metadata.client_quotas import CLIENT_ID, CLIENT_KEYS, ENTITY_TYPES, IP, IP_KEYS, USER, entity_order
 from metadata.image import quota_entity
 from metadata.records import ClientQuotaRecord
-from metadata.store import MetadataLogError
 from protocol.apis.base import ApiSpec, RequestInfo
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
 from protocol.codecs import encode, make, nested, response_class
 from protocol.errors import CLUSTER_AUTHORIZATION_FAILED
 from protocol.headers import RequestHeader
-from protocol.services import LocalServices
+from protocol.services import LocalServices, store_records
 
 __all__ = ["LOCAL_KEYS", "SPECS", "entity_text"]
 
@@ -189,18 +187,15 @@ def _check_value(keys: dict[str, str], key: str, value: float) -> None:
             raise _Invalid(f"{key} cannot be a fractional value.")
 
 
-def _alteration(entry: Any, current: Mapping[Any, Mapping[str, float]]) -> list[ClientQuotaRecord]:
-    """One entry's records, or an :class:`_Invalid`."""
-    entity: dict[str, str | None] = {}
-    for e in entry.entity:  # Kafka builds the entity as a map: a type named twice, the last wins
-        entity[e.entity_type] = e.entity_name
+def _alteration(entity: dict[str, str | None], pairs: tuple[tuple[str, str | None], ...], entry_ops: Any,
+                current: Mapping[Any, Mapping[str, float]]) -> list[ClientQuotaRecord]:
+    """One entry's records (``pairs``: the entity's canonical form), or an :class:`_Invalid`."""
     ops: dict[str, float | None] = {}
-    for op in entry.ops:
+    for op in entry_ops:
         if op.key in ops:
             raise _Invalid(f"Duplicate quota key {op.key} not updating quota for this entity {_java_entity(entity)}")
         ops[op.key] = None if op.remove else float(op.value)
     keys = _valid_keys(entity)
-    pairs = quota_entity(entity.items())
     existing = current.get(pairs, {})
     records = []
     for key, value in ops.items():
@@ -236,14 +231,15 @@ async def _alter(gw: LocalServices, auth: AuthHelper, header: RequestHeader, inf
         current = image.quotas if image is not None else {}
         for x in request.entries:
             shown = [(e.entity_type, e.entity_name) for e in x.entity]
-            key = tuple(sorted({e.entity_type: e.entity_name for e in x.entity}.items(),
-                               key=lambda pair: pair[0]))
+            # Kafka builds the entity as a map: a type named twice, the last wins
+            entity = {e.entity_type: e.entity_name for e in x.entity}
+            key = quota_entity(entity.items())
             if key in results:
                 results[key] = (results[key][0], ErrorCode.invalid_request,
                                 f"Ignoring duplicate entity {_java_entity(dict(key))}")
                 continue
             try:
-                records = _alteration(x, current)
+                records = _alteration(entity, key, x.ops, current)
             except _Invalid as e:
                 results[key] = (shown, e.code, str(e))
                 continue
@@ -252,16 +248,7 @@ async def _alter(gw: LocalServices, auth: AuthHelper, header: RequestHeader, inf
                 changes.append((key, records))
         records = [r for _k, rs in changes for r in rs]
         if records and not request.validate_only:
-            failure = None
-            if image is None:
-                failure = (ErrorCode.unknown_server_error, "the metadata log is not loaded yet")
-            else:
-                try:
-                    await image.append(records)
-                except StoreUnavailableError as e:  # retriable; the batch is applied whole or not at all
-                    failure = (ErrorCode.request_timed_out, f"The change was not stored: {e}")
-                except MetadataLogError as e:  # a failed write (a full disk): said, not a dropped connection
-                    failure = (ErrorCode.unknown_server_error, f"The change was not stored: {e}")
+            failure = await store_records(image, records)
             for key, rs in changes:
                 if failure is not None:
                     results[key] = (results[key][0], *failure)

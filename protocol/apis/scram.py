@@ -59,16 +59,14 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
 from authz.acl import AclOperation
-from authz.authorizer import StoreUnavailableError
 from metadata.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
-from metadata.store import MetadataLogError
 from authz.credentials import ScramCredential
 from protocol.apis.base import ApiSpec, RequestInfo
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
 from protocol.codecs import encode, make, nested, response_class
 from protocol.headers import RequestHeader
-from protocol.services import LocalServices
+from protocol.services import LocalServices, store_records
 from authz.credentials import scram_keys
 from metadata.scram_credentials import MECHANISM_CODES, MECHANISM_CODE_OF, image_scram
 
@@ -213,21 +211,11 @@ async def _alter(gw: LocalServices, auth: AuthHelper, header: RequestHeader, inf
                                                      stored_key=stored_key, server_key=server_key,
                                                      iterations=u.iterations))
         if records:
-            if image is None:
+            failure = await store_records(image, records)
+            if failure is not None:
                 for r in records:
-                    errors[r.name] = (ErrorCode.unknown_server_error, "the metadata log is not loaded yet")
+                    errors[r.name] = failure
                 records = []
-            else:
-                try:
-                    await image.append(records)
-                except StoreUnavailableError as e:  # retriable; the batch is applied whole or not at all
-                    for r in records:
-                        errors[r.name] = (ErrorCode.request_timed_out, f"The change was not stored: {e}")
-                    records = []
-                except MetadataLogError as e:  # a failed write (a full disk): said, not a dropped connection
-                    for r in records:
-                        errors[r.name] = (ErrorCode.unknown_server_error, f"The change was not stored: {e}")
-                    records = []
             for r in records:  # stored: recorded with who made them (never a secret)
                 mechanism = MECHANISM_CODES[r.mechanism]
                 auth.record_change("ALTER", f"User:LITERAL:{r.name}", (
