@@ -45,19 +45,13 @@ import sys
 from pathlib import Path
 
 from authz.audit_events import spark_schema
-from kgw_spark.report import nice_ticks, write_report
+from kgw_spark.report import CHANGE_COLUMNS, KEY_COLUMNS, PARTITION_COLUMNS, nice_ticks, write_report
 from kgw_spark.trail import examine, read_metrics, reconcile
 
 __all__ = ["aggregate", "changes", "run_batch", "run_stream", "write_report", "nice_ticks", "main"]
 
 EVENT_SCHEMA = spark_schema(("ts_ms", "event", "principal", "allowed", "operation", "resource", "api", "listener",
                              "client_address", "client_id", "gateway", "change"))
-#: what each per-minute row is counted by: the kind of event ("authorization", "authentication"
-#: or "change"), who, what, with which request and client, from where
-KEY_COLUMNS = ["minute", "event", "principal", "resource", "operation", "api", "listener", "client_address",
-               "client_id", "gateway"]
-#: the Parquet output's directories: date=YYYY-MM-DD/gateway=<the gateway's cluster id>
-PARTITION_COLUMNS = ["date", "gateway"]
 
 
 def source_options(bootstrap: str, topic: str, kafka_options: dict[str, str] | None = None) -> dict[str, str]:
@@ -103,11 +97,6 @@ def _decisions(df, event_format: str):
         .otherwise(F.col("principal"))
     return (events.where(F.col("ts_ms").isNotNull() & (F.coalesce(F.col("event"), F.lit("")) != "dropped"))
             .withColumn("principal", principal))
-
-
-#: the columns of the ``changes`` output: every change of security state, one row each
-CHANGE_COLUMNS = ["ts_ms", "principal", "operation", "resource", "change", "listener", "client_address", "api",
-                  "client_id", "gateway"]
 
 
 def changes(df, event_format: str = "kgw"):

@@ -18,7 +18,18 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["nice_ticks", "write_report"]
+__all__ = ["CHANGE_COLUMNS", "KEY_COLUMNS", "PARTITION_COLUMNS", "nice_ticks", "write_report"]
+
+# The job's outputs (kgw_spark/audit_job.py writes them, this module reads them):
+#: what each per-minute row is counted by: the kind of event ("authorization", "authentication"
+#: or "change"), who, what, with which request and client, from where
+KEY_COLUMNS = ["minute", "event", "principal", "resource", "operation", "api", "listener", "client_address",
+               "client_id", "gateway"]
+#: the Parquet output's directories: date=YYYY-MM-DD/gateway=<the gateway's cluster id>
+PARTITION_COLUMNS = ["date", "gateway"]
+#: the columns of the ``changes`` output: every change of security state, one row each
+CHANGE_COLUMNS = ["ts_ms", "principal", "operation", "resource", "change", "listener", "client_address", "api",
+                  "client_id", "gateway"]
 
 _ALLOWED_COLOUR, _DENIED_COLOUR = "#2e7d32", "#c0392b"
 #: colours of a stacked chart's series (the last one: "other")
@@ -136,7 +147,7 @@ def _read_parquet(path: Path | None, columns: list[str]):
     if path is None or not Path(path).exists() or not any(Path(path).rglob("*.parquet")):
         return pd.DataFrame(columns=columns)
     df = pq.read_table(str(path)).to_pandas()
-    for column in ("date", "gateway"):  # partition columns come back as categories
+    for column in PARTITION_COLUMNS:  # partition columns come back as categories
         if column in df:
             df[column] = df[column].astype(str)
     return df
@@ -228,8 +239,6 @@ def write_report(per_minute: Path, report: Path, top_n: int = 10, changes: Path 
     chains' verification and the reconciliation with the gateways' counters
     (:mod:`kgw_spark.trail`)."""
     import pandas as pd
-
-    from kgw_spark.audit_job import KEY_COLUMNS
 
     report = Path(report)
     df = _read_parquet(per_minute, KEY_COLUMNS + ["allowed", "denied"])
@@ -335,13 +344,10 @@ td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:left}}.bad{{color:#c0
     return report
 
 
-_CHANGE_COLUMNS = ["ts_ms", "principal", "operation", "resource", "change", "client_address", "listener"]
-
-
 def _change_rows(changes: Path | None) -> list[list]:
     import pandas as pd
 
-    frame = _read_parquet(changes, _CHANGE_COLUMNS)
+    frame = _read_parquet(changes, CHANGE_COLUMNS)
     if not len(frame):
         return []
     frame = frame.sort_values("ts_ms", kind="stable")

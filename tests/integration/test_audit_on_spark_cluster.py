@@ -26,6 +26,7 @@ from gateway.cli.audit import read_topic
 from protocol.codecs import make, nested, request_class
 from tests.support.acls import add_acl, kgw_command
 from tests.support.cluster import gateway_env
+from tests.support.processes import wait_until
 from tests.support.raw_kafka import RawConnection
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,13 +56,6 @@ def _scrape(gw) -> dict[str, float]:
         for sample in family.samples:
             out[sample.name] += sample.value
     return out
-
-
-def _until(condition, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)  # polling a condition
 
 
 def _checkpoints(gw) -> dict:
@@ -142,10 +136,10 @@ def test_the_audit_job_on_a_standalone_cluster_reports_what_clients_did(tansu, s
         m = _scrape(gw)
         return m["kgw_audit_events_buffered"] == 0 and m["kgw_audit_events_offered_total"] == \
             m["kgw_audit_events_published_total"] + m["kgw_audit_events_dropped_total"]
-    _until(settled, "the audit events to be written")
+    wait_until(settled, 60, interval=0.2, message="the audit events to be written")
     head = _scrape(gw)["kgw_audit_chain_head"]
-    _until(lambda: any(json.loads(v)["seq"] >= head for runs in _checkpoints(gw).values() for v in runs.values()),
-           "a checkpoint of the head")
+    wait_until(lambda: any(json.loads(v)["seq"] >= head for runs in _checkpoints(gw).values() for v in runs.values()),
+               60, interval=0.2, message="a checkpoint of the head")
     checkpoints = tmp_path / "checkpoints.json"
     checkpoints.write_text(json.dumps(_checkpoints(gw)))
 
