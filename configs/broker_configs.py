@@ -279,6 +279,11 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
     add(ConfigDef("data.plane.thread.enable", ConfigType.BOOLEAN,
                   "Serve plain-TCP connections' forwarding path on a dedicated epoll thread.", "true",
                   source_path="io.data_plane_thread"), config.io.data_plane_thread)
+    add(ConfigDef("data.plane.splice.min.bytes", ConfigType.INT,
+                  "Fetch record sets at least this large move socket to socket through a kernel pipe (0: never).",
+                  "131072", source_path="io.splice_min_bytes"), config.io.splice_min_bytes)
+    add(ConfigDef("data.plane.splice.pipes", ConfigType.INT, "Kernel pipes kept for moving record sets.", "64",
+                  source_path="io.splice_pipes"), config.io.splice_pipes)
     admin = config.admin
     add(ConfigDef("admin.listener", ConfigType.STRING, "Admin HTTP endpoint (host:port); empty = disabled.",
                   "127.0.0.1:9190", source_path="admin.host,admin.port"),

@@ -378,6 +378,13 @@ class IoConfig:
     """Serve the forwarding path of plain-TCP connections (client and upstream both
     without TLS) on one dedicated epoll thread instead of Trio's scheduler; TLS
     connections and requests kgw answers itself stay on Trio.  See gateway/connection/data_plane.py."""
+    splice_min_bytes: int = 131072
+    """On the data plane (Linux), a Fetch response's record set with at least this many bytes
+    still to arrive is moved from the upstream socket to the client's through a kernel pipe
+    (``splice``) instead of being read into kgw and written out again.  0: never."""
+    splice_pipes: int = 64
+    """Kernel pipes kept for that (two file descriptors and up to 1 MiB of buffered bytes
+    each); a response that finds none free is read and written as usual."""
 
 
 @_model

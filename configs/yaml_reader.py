@@ -371,7 +371,9 @@ def _limits(ctx: _Ctx, r: _Reader) -> LimitsConfig:
 
 @_section(IoConfig)
 def _io(ctx: _Ctx, r: _Reader) -> IoConfig:
-    return IoConfig(data_plane_thread=r("data_plane_thread", _bool, True))
+    return IoConfig(data_plane_thread=r("data_plane_thread", _bool, True),
+                    splice_min_bytes=r("splice_min_bytes", _int(0), 131072),
+                    splice_pipes=r("splice_pipes", _int(0), 64))
 
 
 @_section(AdminConfig)

@@ -96,7 +96,7 @@ class FrameDecoder:
     """
 
     __slots__ = ("limit", "limit_name", "trusted", "_chunk", "_pos", "_parts", "_buffer", "_fill", "_size",
-                 "allocated", "copied")
+                 "allocated", "copied", "defer_from", "deferred")
 
     def __init__(self, max_frame_bytes: int, limit_name: str = "socket.request.max.bytes", *,
                  trusted: bool = False) -> None:
@@ -114,6 +114,11 @@ class FrameDecoder:
         #: bytes allocated and copied for frames split across reads (tests count them)
         self.allocated = 0
         self.copied = 0
+        #: a trusted peer's frame with at least this many bytes still to come is not allocated
+        #: at once but held back (:attr:`deferred`), for the caller to take (:meth:`take_deferred`)
+        #: or let be (it is then allocated as usual); 0: never
+        self.defer_from = 0
+        self.deferred = False
 
     @property
     def buffered(self) -> int:
@@ -129,6 +134,8 @@ class FrameDecoder:
         """The unfilled part of a trusted peer's frame being assembled, to receive into
         directly; None otherwise (nothing being assembled, unread bytes pending, or an
         untrusted peer, whose bytes are taken as they arrive)."""
+        if self.deferred:
+            self.materialize()
         if self._buffer is None or len(self._chunk) - self._pos:
             return None
         return memoryview(self._buffer)[self._fill :]
@@ -139,6 +146,8 @@ class FrameDecoder:
 
     def receive_data(self, data: bytes) -> None:
         """Feed bytes read from the peer.  Call only after NEED_DATA."""
+        if self.deferred:
+            self.materialize()
         rest = len(self._chunk) - self._pos
         if rest:
             # A partial length prefix (< 4 bytes) is left over: it starts a frame of its own.
@@ -183,12 +192,37 @@ class FrameDecoder:
         self._size = size or 0
         self._fill = len(head)
         if size is not None and self.trusted and size <= TRUSTED_PREALLOCATION:
+            if self.defer_from and size - len(head) >= self.defer_from:
+                self._parts = [head]  # a view: nothing allocated or copied until materialize()
+                self.deferred = True
+                return
             buffer = self._buffer = bytearray(size)
             buffer[: len(head)] = head
             self.allocated += size
             self.copied += len(head)
             return
         self._parts = [head]
+
+    def deferred_frame(self) -> tuple[memoryview, int]:
+        """The frame held back (:attr:`deferred`): what arrived of it (length prefix included)
+        and how many of its bytes are still to come."""
+        assert self.deferred
+        return memoryview(self._parts[0]), self._size - self._fill
+
+    def take_deferred(self) -> None:
+        """The caller reads the rest of the frame held back itself: the decoder forgets it."""
+        assert self.deferred
+        self._parts, self._fill, self._size, self.deferred = [], 0, 0, False
+
+    def materialize(self) -> None:
+        """Treat the frame held back as any other: allocated at its size, received into."""
+        assert self.deferred
+        head = self._parts[0]
+        self._parts, self.deferred = [], False
+        buffer = self._buffer = bytearray(self._size)
+        buffer[: len(head)] = head
+        self.allocated += self._size
+        self.copied += len(head)
 
     def _continue(self) -> memoryview | _NeedData:
         """Take what this chunk holds of the frame being assembled; the frame once whole."""

@@ -693,13 +693,42 @@ class ConnectionCore:
             self._complete(slot, frame)
             completed = True
 
+    def open_stream(self, head: memoryview, left: int, splice_min: int) -> Any | None:
+        """The oldest request's response, of which ``head`` arrived and ``left`` bytes are still to
+        come, to be passed on while it arrives (a walker of ``spec.stream_response``), or None
+        when it must be completed whole: its API has no walker, it is merged, counted against
+        a quota, or answers a large request, or earlier answers still wait to be written."""
+        slot = self.in_flight[0] if self.in_flight else None
+        if (slot is None or slot.spec.stream_response is None or slot.merge is not None or slot.quota is not None
+                or slot.large or not self.pending or self.pending[0] is not slot or len(head) < 8):
+            return None
+        self._check_correlation(slot, head)
+        self.metrics.latency(self.listener_name, slot.spec.name).observe(time.monotonic() - slot.sent_at)
+        slot.deadline = time.monotonic() + self._request_timeout_s  # now: for the rest of the response
+        return slot.spec.stream_response(slot.header.api_version, head, left, self.listener.node_map, splice_min)
+
+    def stream_progress(self) -> None:
+        """The upstream sent more of the response being passed on: its deadline moves."""
+        self.in_flight[0].deadline = time.monotonic() + self._request_timeout_s
+
+    def stream_done(self) -> None:
+        """The response being passed on has gone whole to the client."""
+        slot = self.in_flight.popleft()
+        self.pending.popleft()
+        slot.data = b""
+        if self._cluster.timing_out_since is not None:
+            self._cluster.answered()
+
+    def _check_correlation(self, slot: Slot, frame: memoryview) -> None:
+        (correlation_id,) = _I32.unpack_from(frame, 4)
+        if correlation_id != slot.header.correlation_id:
+            raise CloseConnection(
+                f"upstream answered correlation id {correlation_id}, expected {slot.header.correlation_id}", "upstream"
+            )
+
     def _complete(self, slot: Slot, frame: memoryview) -> None:
         header = slot.header
-        (correlation_id,) = _I32.unpack_from(frame, 4)
-        if correlation_id != header.correlation_id:
-            raise CloseConnection(
-                f"upstream answered correlation id {correlation_id}, expected {header.correlation_id}", "upstream"
-            )
+        self._check_correlation(slot, frame)
         # Observed before the response can reach the client: whoever saw the response may
         # rely on /metrics counting it.
         self.metrics.latency(self.listener_name, slot.spec.name).observe(time.monotonic() - slot.sent_at)

@@ -79,6 +79,7 @@ import trio
 
 from gateway.connection.core import CloseConnection, NeedThrottle, next_request
 from gateway.connection.lane import Lane
+from gateway.connection.splicing import PipePool, Splicing, splice
 from protocol.framing import NEED_DATA, FrameDecoder
 
 __all__ = ["DataPlane", "Lane", "on_trio_thread"]
@@ -87,6 +88,10 @@ log = logging.getLogger("kgw.data_plane")
 
 _RECV = 256 * 1024
 _RECV_INTO_MIN = 64 * 1024
+#: the most SO_RCVLOWAT asks for while a record set is spliced
+_LOW_WATER = 512 * 1024
+#: the first read of a response that may be spliced: its structure, not its records
+_HEAD = 16 * 1024
 _IOV_MAX = 512
 _TICK = 0.1
 #: requests one lane may have dispatched per turn of the loop (see Fairness)
@@ -111,7 +116,10 @@ def on_trio_thread() -> bool:
 class DataPlane:
     """The epoll thread.  :meth:`run` is the thread's body; the other public methods are thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, splice_min: int = 0, pipes: int = 0) -> None:
+        #: record sets of a Fetch response with this many bytes still to come are spliced (0: never)
+        self._splice_min = splice_min
+        self.pipes = PipePool(pipes if splice_min > 0 else 0)
         self._ep = select.epoll()
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._wake_lock = threading.Lock()
@@ -216,6 +224,7 @@ class DataPlane:
                     lane.post(("closed", _close_error("gateway is shutting down", "shutdown")))
                 elif lane is not None:
                     lane.post(("released",))
+            self.pipes.close()
             self._ep.close()
             with self._wake_lock:
                 os.close(self._wake)
@@ -240,6 +249,8 @@ class DataPlane:
 
     # -------------------------------------------------------------- commands
     def _adopt(self, lane: Lane) -> None:
+        if self.pipes.size:
+            lane.udec.defer_from = self._splice_min
         self._lanes[lane.cfd] = lane
         self._lanes[lane.ufd] = lane
         self._guarded(lane, self._start, lane)
@@ -296,6 +307,9 @@ class DataPlane:
                 except (OSError, ValueError):
                     pass
         lane.cmask = lane.umask = 0
+        if lane.splicing is not None:  # its pipe may hold bytes: closed, not reused
+            self.pipes.discard(lane.splicing.pipe)
+            lane.splicing = None
         lane.count_bytes()
         lane.metrics()
         lane.post(message)
@@ -308,7 +322,9 @@ class DataPlane:
             seen.add(id(lane))
             lane.count_bytes()
             in_flight = lane.conn.in_flight
-            if in_flight and now >= in_flight[0].deadline:
+            # (a response being spliced that waits for the client is the client's delay, not the upstream's)
+            if in_flight and now >= in_flight[0].deadline and not (
+                    lane.splicing is not None and (lane.cout or lane.splicing.in_pipe)):
                 self._end(lane, ("closed", lane.conn.timeout_error(in_flight[0])))
             elif not lane.paused:  # (a paused lane's connection belongs to its Trio task)
                 try:
@@ -338,6 +354,9 @@ class DataPlane:
 
     # ---------------------------------------------------------------- events
     def _client_event(self, lane: Lane, ev: int) -> None:
+        if lane.splicing is not None:
+            self._pump(lane)  # (the client is not read meanwhile: only EPOLLOUT is asked for)
+            return
         if ev & _OUT and lane.cout:
             self._write(lane, lane.cfd, lane.cout, True)
             if not lane.cout:
@@ -346,6 +365,12 @@ class DataPlane:
             self._read_client(lane)
 
     def _upstream_event(self, lane: Lane, ev: int) -> None:
+        if lane.splicing is not None:
+            if ev & _OUT and lane.uout:
+                self._write(lane, lane.ufd, lane.uout, False)
+            if ev & (_IN | _BAD):
+                self._pump(lane)
+            return
         if ev & _OUT and lane.uout:
             self._process_client(lane)  # writes what is queued, then takes more requests
         if ev & (_IN | _BAD) and lane.umask & _IN and not lane.closed:
@@ -372,8 +397,8 @@ class DataPlane:
             self._write(lane, lane.ufd, uout, False)
             if uout:
                 return  # the upstream is not taking more now: EPOLLOUT resumes us
-        if lane.draining or lane.held is not None:
-            return  # no new request while the gateway stops, or while the client waits out a throttle
+        if lane.draining or lane.held is not None or lane.splicing is not None:
+            return  # no new request while the gateway stops, the client waits out a throttle or a response is spliced
         conn, dec = lane.conn, lane.cdec
         pending, limit = conn.pending, conn.max_in_flight
         budget = _QUANTUM
@@ -417,7 +442,10 @@ class DataPlane:
 
     def _read_upstream(self, lane: Lane) -> None:
         dec = lane.udec
-        n = _receive(lane.ufd, dec)
+        in_flight = lane.conn.in_flight
+        # a response that may be spliced: only its head is read here, not a whole _RECV of its records
+        n = _receive(lane.ufd, dec, _HEAD if dec.defer_from and in_flight and in_flight[0].spec.stream_response
+                     and not dec.buffered else _RECV)
         if n == 0:
             raise CloseConnection("upstream closed the connection", "upstream")
         if n < 0:
@@ -432,8 +460,110 @@ class DataPlane:
             return
         if completed:
             self._flush_client(lane)
-            if lane.cdec.buffered and not lane.paused:
-                self._process_client(lane)  # requests held back by max_in_flight may go now
+        if dec.deferred:  # a large response begins: passed on as it arrives if it can be
+            self._open_splicing(lane)
+            if lane.splicing is not None:
+                return
+        if completed and lane.cdec.buffered and not lane.paused:
+            self._process_client(lane)  # requests held back by max_in_flight may go now
+
+    # ------------------------------------------------------------- splicing
+    def _open_splicing(self, lane: Lane) -> None:
+        """Pass the response the upstream decoder held back on while it arrives, its large record
+        sets spliced (gateway/connection/splicing.py); or let the decoder take it as usual."""
+        dec = lane.udec
+        pipe = None if lane.cout or lane.closed else self.pipes.acquire()
+        if pipe is None:
+            dec.materialize()
+            return
+        head, left = dec.deferred_frame()
+        try:
+            walker = lane.conn.open_stream(head, left, self._splice_min)
+        except BaseException:
+            self.pipes.release(pipe, True)
+            raise
+        if walker is None:
+            self.pipes.release(pipe, True)
+            dec.materialize()
+            return
+        dec.take_deferred()
+        lane.splicing = Splicing(walker, pipe, lane.conn._upstream.stream.socket)
+        self._pump(lane)
+
+    def _pump(self, lane: Lane) -> None:
+        """Move the spliced response on as far as both sockets allow: the walker's bytes, then a
+        record set through the pipe, then the walker again once the pipe is empty."""
+        sp = lane.splicing
+        walker, conn, cout = sp.walker, lane.conn, lane.cout
+        r, w, _capacity = sp.pipe
+        client_full = upstream_dry = False  # a short move: that side is not tried again this time
+        while not lane.closed:
+            if cout:
+                self._write(lane, lane.cfd, cout, True)
+            progress = False
+            if sp.in_pipe and not cout and not client_full:  # (the walker's bytes in cout precede the pipe's)
+                try:
+                    n = splice(r, lane.cfd, sp.in_pipe)
+                except OSError as e:
+                    raise _ClientGone(str(e)) from None
+                client_full = n < sp.in_pipe
+                if n > 0:
+                    sp.in_pipe -= n
+                    lane.n_out += n
+                    lane.n_spliced += n
+                    progress = True
+            if sp.moving and sp.in_pipe < sp.capacity and not upstream_dry:
+                want = min(sp.moving, sp.capacity - sp.in_pipe)
+                try:
+                    n = splice(lane.ufd, w, want)
+                except OSError as e:
+                    raise CloseConnection(f"upstream connection lost while receiving: {e}", "upstream") from None
+                if n == 0:
+                    raise CloseConnection("upstream closed the connection", "upstream")
+                upstream_dry = n < want
+                if n > 0:
+                    sp.moving -= n
+                    sp.in_pipe += n
+                    progress = True
+            if sp.moving or sp.in_pipe or cout:
+                if progress:
+                    conn.stream_progress()
+                    continue
+                if sp.moving and sp.in_pipe < sp.capacity:  # wake when a good part of the set is there
+                    sp.wake_at(min(sp.moving, sp.capacity - sp.in_pipe, _LOW_WATER))
+                return  # EPOLLIN on the upstream, EPOLLOUT on the client
+            if sp.need:  # the walker's turn: the record set has gone whole
+                sp.wake_at(1)
+                try:
+                    data = os.read(lane.ufd, min(walker.left, _RECV))
+                except BlockingIOError:
+                    return
+                except ConnectionError:
+                    data = b""
+                if not data:
+                    raise CloseConnection("upstream closed the connection", "upstream")
+                walker.receive(data)
+                conn.stream_progress()
+                sp.need = False
+            step = walker.next()
+            for chunk in walker.take():
+                cout.append(memoryview(chunk))
+                conn.unsent += len(chunk)
+            if step == walker.DONE:
+                self._splicing_done(lane)
+                return
+            if step > 0:
+                sp.moving = step
+            else:
+                sp.need = True
+
+    def _splicing_done(self, lane: Lane) -> None:
+        sp, lane.splicing = lane.splicing, None
+        sp.wake_at(1)
+        self.pipes.release(sp.pipe, True)
+        lane.conn.stream_done()
+        self._flush_client(lane)
+        self._process_client(lane)  # requests the client sent meanwhile
 
     def _flush_client(self, lane: Lane) -> None:
         """Move completed responses from the head of ``pending`` to the client, in order."""
@@ -479,7 +609,14 @@ class DataPlane:
     def _set_masks(self, lane: Lane) -> None:
         if lane.closed:
             return
-        if lane.paused:
+        sp = lane.splicing
+        if sp is not None:  # (never paused: nothing is dispatched meanwhile)
+            waits = lane.cout or sp.in_pipe
+            umask = _IN if (sp.moving and sp.in_pipe < sp.capacity) or (sp.need and not waits) else 0
+            if lane.uout:
+                umask |= _OUT
+            cmask = _OUT if waits else 0
+        elif lane.paused:
             cmask = umask = 0
         else:
             conn = lane.conn
@@ -510,8 +647,9 @@ class DataPlane:
             self._ep.modify(fd, new)
 
 
-def _receive(fd: int, decoder: FrameDecoder) -> int:
-    """Read what is available into ``decoder``; 0 at end of stream, -1 if nothing was there."""
+def _receive(fd: int, decoder: FrameDecoder, size: int = _RECV) -> int:
+    """Read what is available (up to ``size`` unless a frame is being received into) into
+    ``decoder``; 0 at end of stream, -1 if nothing was there."""
     space = decoder.partial_space()
     try:
         if space is not None and len(space) >= _RECV_INTO_MIN:
@@ -519,7 +657,7 @@ def _receive(fd: int, decoder: FrameDecoder) -> int:
             if n:
                 decoder.partial_filled(n)
             return n
-        data = os.read(fd, _RECV)
+        data = os.read(fd, size)
     except BlockingIOError:
         return -1
     except ConnectionError:

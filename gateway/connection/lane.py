@@ -21,7 +21,7 @@ class Lane:
 
     __slots__ = ("conn", "cfd", "ufd", "cdec", "udec", "cout", "uout", "paused", "closed", "post",
                  "cmask", "umask", "bytes_in", "bytes_out", "n_in", "n_out", "deferred", "draining",
-                 "backlog", "queued", "awaited_upstream", "held")
+                 "backlog", "queued", "awaited_upstream", "held", "splicing", "bytes_spliced", "n_spliced")
 
     def __init__(self, conn: "ConnectionCore", cfd: int, ufd: int, client_decoder: FrameDecoder,
                  upstream_frames: list, post: Callable[[tuple], None]) -> None:
@@ -40,9 +40,11 @@ class Lane:
         metrics, listener = conn.metrics, conn.listener_name
         self.bytes_in = metrics.bytes_in.labels(listener)
         self.bytes_out = metrics.bytes_out.labels(listener)
+        self.bytes_spliced = metrics.bytes_spliced.labels(listener)
         #: bytes not yet added to the counters above (added every tick and at the end)
         self.n_in = 0
         self.n_out = 0
+        self.n_spliced = 0
         #: request counters the connection deferred until the request was written (see metrics())
         self.deferred: list = []
         #: the gateway is stopping: no new request is read; the lane ends once all are answered
@@ -58,6 +60,8 @@ class Lane:
         #: a request held while the client is over a quota (a NeedThrottle step): the client is not
         #: read until it goes on, at the first tick after its time; the upstream's answers still are
         self.held: Any = None
+        #: the response being passed on through a kernel pipe (gateway/connection/splicing.py)
+        self.splicing: Any = None
 
     def metrics(self) -> None:
         deferred = self.deferred
@@ -72,3 +76,6 @@ class Lane:
         if self.n_out:
             self.bytes_out.inc(self.n_out)
             self.n_out = 0
+        if self.n_spliced:
+            self.bytes_spliced.inc(self.n_spliced)
+            self.n_spliced = 0

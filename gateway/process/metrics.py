@@ -38,6 +38,9 @@ class GatewayMetrics:
         )
         self.bytes_in = Counter("kgw_bytes_in", "Bytes received from clients", ["listener"], registry=r)
         self.bytes_out = Counter("kgw_bytes_out", "Bytes sent to clients", ["listener"], registry=r)
+        self.bytes_spliced = Counter(
+            "kgw_bytes_spliced", "Bytes of Fetch record sets moved from the upstream to clients through a kernel pipe "
+            "(never in kgw's memory; also counted in kgw_bytes_out)", ["listener"], registry=r)
         self.ready = Gauge("kgw_listener_ready", "1 when the listener accepts connections", ["listener"], registry=r)
         self._requests: dict[tuple[str, str], Counter] = {}
         self._latency: dict[tuple[str, str], Histogram] = {}

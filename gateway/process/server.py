@@ -343,7 +343,7 @@ class Gateway:
 
     async def _run_data_plane(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """The data-plane thread lives as long as this task; its failure fails the gateway."""
-        plane = DataPlane()
+        plane = DataPlane(splice_min=self.config.io.splice_min_bytes, pipes=self.config.io.splice_pipes)
         done = trio.Event()
 
         async def stop_when_cancelled() -> None:

@@ -124,3 +124,7 @@ class ApiSpec:
     #: upstream offer (a newer kio widens nothing by itself).  None only for rewrite-only
     #: specs merged into another module's spec of the same API.
     versions: tuple[int, int] | None = None
+    #: makes a sans-IO walker that passes a large response on while it arrives, its records
+    #: moved without entering user space (e.g. :class:`protocol.apis.fetch.FetchResponseStream`);
+    #: called with (version, head, bytes left, node map, smallest record set worth moving)
+    stream_response: Callable[..., Any] | None = None

@@ -74,7 +74,7 @@ import io
 import struct
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, Iterator
 
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v16.response import NodeEndpoint
@@ -98,6 +98,7 @@ from protocol.wire import WalkError, array_len, i16, i32, skip_bytes, skip_strin
 __all__ = [
     "SPECS",
     "FetchResponseShape",
+    "FetchResponseStream",
     "top_level_tags_offset",
     "walk_fetch_response",
 ]
@@ -175,57 +176,196 @@ class FetchResponseShape:
 
     __slots__ = ("error_code", "session_id", "topics_at", "first_topic", "n_topics", "topics_end")
 
-    def __init__(self, error_code: Any, session_id: Any, topics_at: Any, first_topic: Any, n_topics: Any, topics_end: Any) -> None:
-        self.error_code = error_code
-        self.session_id = session_id
+    def __init__(self) -> None:
+        self.error_code = self.session_id = 0
         #: offset of the topic-array length, of the first topic entry, and just after the last one
-        self.topics_at = topics_at
-        self.first_topic = first_topic
-        self.n_topics = n_topics
-        self.topics_end = topics_end
+        self.topics_at = self.first_topic = self.n_topics = self.topics_end = 0
+
+
+#: what :func:`_walk` asks of its reader: more bytes (or a malformed response when none are left)
+NEED = 0
+
+
+def _header(buf: Any, off: int, flexible: bool) -> tuple[int, int]:
+    """The length prefix, the correlation id and (flexible) the header's tagged fields."""
+    off += 8
+    if flexible:
+        off = skip_tagged(buf, off)
+    return 0, off
+
+
+def _preamble(buf: Any, off: int, version: int, shape: FetchResponseShape) -> tuple[int, int]:
+    off += 4  # throttle_time_ms
+    if version >= 7:
+        shape.error_code, off = i16(buf, off)
+        shape.session_id, off = i32(buf, off)
+    shape.topics_at = off
+    n_topics, off = array_len(buf, off, version >= 12)
+    shape.first_topic = off
+    return n_topics, off
+
+
+def _topic_head(buf: Any, off: int, version: int) -> tuple[int, int]:
+    if version >= 13:
+        off += 16  # topic_id
+    else:
+        _name, off = skip_string(buf, off, version >= 12)
+    return array_len(buf, off, version >= 12)
+
+
+def _partition_head(buf: Any, off: int, version: int) -> tuple[int, int]:
+    """A partition's fields up to its records' length (0 for null records)."""
+    flexible = version >= 12
+    # partition_index, error_code, high_watermark, last_stable_offset (v4+), log_start_offset (v5+)
+    off += 4 + 2 + 8 + 8 + (8 if version >= 5 else 0)
+    n_aborted, off = array_len(buf, off, flexible)
+    for _ in range(max(n_aborted, 0)):
+        off += 16  # producer_id, first_offset
+        if flexible:
+            off = skip_tagged(buf, off)
+    if version >= 11:
+        off += 4  # preferred_read_replica
+    if flexible:
+        size, off = uvarint(buf, off)
+        return max(size - 1, 0), off
+    size, off = i32(buf, off)
+    if size < -1:
+        raise WalkError(f"negative byte-field length {size}")
+    return max(size, 0), off
+
+
+def _tags(buf: Any, off: int) -> tuple[int, int]:
+    return 0, skip_tagged(buf, off)
+
+
+class _Reader:
+    """The bytes of a response still arriving, as :func:`_walk` walks them."""
+
+    __slots__ = ("buf", "pos", "left", "value", "start", "version", "splice_min", "moving", "out", "tags_at")
+
+    def __init__(self, version: int, buf: bytearray, left: int, splice_min: int) -> None:
+        self.version = version
+        self.buf = buf
+        self.pos = 0
+        #: bytes of the response neither received nor moved yet
+        self.left = left
+        #: the last element's value, and where it started
+        self.value = self.start = 0
+        self.splice_min = splice_min
+        #: bytes of records to move past the user space now (0: none)
+        self.moving = 0
+        #: bytes to hand on before anything else
+        self.out: list[bytes | bytearray | memoryview] = []
+        #: where the top-level tagged fields start in ``buf`` (-1 until they are walked)
+        self.tags_at = -1
+
+    def parse(self, fn: Any, *args: Any) -> bool:
+        """Read one element with ``fn`` at ``pos``: False if more bytes must be received first."""
+        try:
+            value, end = fn(self.buf, self.pos, *args)
+        except WalkError as e:
+            if not self.left:
+                raise CodecError(f"malformed Fetch v{self.version} response: {e}") from e
+            return False
+        except UnicodeDecodeError as e:
+            raise CodecError(f"malformed Fetch v{self.version} response: {e}") from e
+        if end > len(self.buf):
+            if not self.left:
+                raise CodecError(f"malformed Fetch v{self.version} response: it ends early")
+            return False
+        self.value, self.start, self.pos = value, self.pos, end
+        return True
+
+    def records(self, size: int) -> bool:
+        """Pass over ``size`` bytes of records: False if they must be received first.  When at
+        least ``splice_min`` of them are still to come, everything before them is handed on
+        and they are to be moved (:attr:`moving`)."""
+        buf = self.buf
+        end = self.pos + size
+        if end <= len(buf):
+            self.pos = end
+            return True
+        rest = end - len(buf)
+        if rest > self.left:
+            raise CodecError(f"malformed Fetch v{self.version} response: it ends inside a record set")
+        if rest < self.splice_min:
+            return False
+        self.out.append(buf)
+        self.buf, self.pos = bytearray(), 0
+        self.left -= rest
+        self.moving = rest
+        return True
+
+    def hand_on(self) -> None:
+        """Hand on the bytes walked so far (kept: the top-level tags, which may be rewritten)."""
+        if self.tags_at < 0 and self.pos:
+            buf, pos = self.buf, self.pos
+            self.out.append(memoryview(buf)[:pos])  # (the buffer itself: only its unwalked rest is copied)
+            self.buf, self.pos = bytearray(memoryview(buf)[pos:]), 0
+
+
+def _walk(r: _Reader, shape: FetchResponseShape) -> Iterator[int]:
+    """Walk a Fetch v4+ response from its length prefix, records passed over by length (the
+    structure of :func:`walk_fetch_response`); yields NEED when ``r`` must receive more bytes
+    (each element is then read again from its start)."""
+    version = r.version
+    flexible = version >= 12
+    parse = r.parse
+    while not parse(_header, flexible):
+        yield NEED
+    while not parse(_preamble, version, shape):
+        yield NEED
+    for _ in range(max(r.value, 0)):
+        while not parse(_topic_head, version):
+            yield NEED
+        for _ in range(max(r.value, 0)):
+            while not parse(_partition_head, version):
+                yield NEED
+            if r.value:
+                while not r.records(r.value):
+                    yield NEED
+            if flexible:
+                while not parse(_tags):
+                    yield NEED
+        if flexible:
+            while not parse(_tags):
+                yield NEED
+    if flexible:
+        while not parse(_tags):
+            yield NEED
+        r.tags_at = r.start
+    while r.left:  # bytes after the last field: passed on as they are, as by the copying path
+        yield NEED
+        r.pos = len(r.buf)
 
 
 def walk_fetch_response(version: int, buf: memoryview | bytes, offset: int) -> FetchResponseShape:
-    """Walk a Fetch v4+ response body at ``buf[offset:]`` to its end, skipping records by length."""
+    """Walk a Fetch v4+ response body at ``buf[offset:]`` to its end, skipping records by length.
+
+    The loop of :func:`_walk` for a response already whole, its elements read the same way
+    without a generator's turns (every v16+ response is walked: this is the hot path)."""
     flexible = version >= 12
+    shape = FetchResponseShape()
     try:
-        off = offset + 4  # throttle_time_ms
-        error_code = session_id = 0
-        if version >= 7:
-            error_code, off = i16(buf, off)
-            session_id, off = i32(buf, off)
-        topics_at = off
-        n_topics, off = array_len(buf, off, flexible)
-        first_topic = off
-        for _ in range(max(n_topics, 0)):
-            if version >= 13:
-                off += 16  # topic_id
-            else:
-                _name, off = skip_string(buf, off, flexible)
-            n_parts, off = array_len(buf, off, flexible)
+        n_topics, off = _preamble(buf, offset, version, shape)
+        n_topics = shape.n_topics = max(n_topics, 0)
+        for _ in range(n_topics):
+            n_parts, off = _topic_head(buf, off, version)
             for _ in range(max(n_parts, 0)):
-                # partition_index, error_code, high_watermark, last_stable_offset (v4+), log_start_offset (v5+)
-                off += 4 + 2 + 8 + 8 + (8 if version >= 5 else 0)
-                n_aborted, off = array_len(buf, off, flexible)
-                for _ in range(max(n_aborted, 0)):
-                    off += 16  # producer_id, first_offset
-                    if flexible:
-                        off = skip_tagged(buf, off)
-                if version >= 11:
-                    off += 4  # preferred_read_replica
-                _s, _e, off = skip_bytes(buf, off, flexible)
+                size, off = _partition_head(buf, off, version)
+                off += size
                 if flexible:
                     off = skip_tagged(buf, off)
             if flexible:
                 off = skip_tagged(buf, off)
-        topics_end = off
+        shape.topics_end = off
         if flexible:
             off = skip_tagged(buf, off)
     except (WalkError, UnicodeDecodeError) as e:
         raise CodecError(f"malformed Fetch v{version} response: {e}") from e
     if off > len(buf):
         raise CodecError(f"malformed Fetch v{version} response: it ends {off - len(buf)} bytes early")
-    return FetchResponseShape(error_code, session_id, topics_at, first_topic, max(n_topics, 0), topics_end)
+    return shape
 
 
 def top_level_tags_offset(frame: memoryview, offset: int) -> int:
@@ -435,22 +575,21 @@ def _encode_tag(tag: int, value: bytes) -> bytes:
     return out.getvalue()
 
 
-def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> bytes | None:
-    if version < 16:
+def _rewrite_tags(tags: memoryview, nodes: NodeMap) -> bytes | None:
+    """The top-level tagged section ``tags`` with gateway addresses in ``node_endpoints``; None
+    if nothing changes (e.g. an empty section, the usual case)."""
+    if tags[0] == 0:
         return None
-    tags_at = walk_fetch_response(version, frame, offset).topics_end
     try:
-        count, off = uvarint(frame, tags_at)
-        if count == 0:
-            return None
+        count, off = uvarint(tags, 0)
         fields = []
         for _ in range(count):
-            tag, off = uvarint(frame, off)
-            size, off = uvarint(frame, off)
-            fields.append((tag, frame[off : off + size]))
+            tag, off = uvarint(tags, off)
+            size, off = uvarint(tags, off)
+            fields.append((tag, tags[off : off + size]))
             off += size
     except WalkError as e:
-        raise CodecError(f"malformed Fetch v{version} response: {e}") from e
+        raise CodecError(f"malformed Fetch response tagged fields: {e}") from e
     out = io.BytesIO()
     write_unsigned_varint(out, len(fields))  # type: ignore[arg-type]
     for tag, value in fields:
@@ -463,10 +602,130 @@ def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> by
             out.write(_encode_tag(0, body.getvalue()))
         else:
             out.write(_encode_tag(tag, bytes(value)))
-    tags = out.getvalue()
-    if tags == frame[tags_at:off]:
-        return None  # e.g. an empty node_endpoints field: forward the upstream frame without a copy
-    return b"".join((frame[offset:tags_at], tags))
+    new = out.getvalue()
+    return None if new == tags[:off] else new
 
 
-SPECS = (ApiSpec(1, "Fetch", _inspect, _rewrite, enforce=_enforce, versions=(4, 18)),)
+def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> bytes | None:
+    if version < 16:
+        return None
+    tags_at = walk_fetch_response(version, frame, offset).topics_end
+    tags = _rewrite_tags(frame[tags_at:], nodes)
+    if tags is None:
+        return None  # forward the upstream frame without a copy
+    return b"".join((frame[offset:tags_at], tags, frame[tags_at + len(_tag_section(frame, tags_at)):]))
+
+
+def _tag_section(buf: Any, at: int) -> memoryview:
+    return memoryview(buf)[at : skip_tagged(buf, at)]
+
+
+#: the tag kgw pads a rewritten tagged section with when its size is fixed (see :func:`same_size_tags`);
+#: unknown to Kafka, so every client skips it
+PADDING_TAG = 10_000
+
+
+def same_size_tags(new: bytes, size: int) -> bytes:
+    """``new`` (a tagged section) made exactly ``size`` bytes long, for a response whose length
+    prefix is already on its way: padded with a :data:`PADDING_TAG` field of zeros, or, if it
+    does not fit, replaced by that field alone (the client then learns moved leaders from a
+    metadata refresh instead of ``node_endpoints``)."""
+    if len(new) == size:
+        return new
+    count, off = uvarint(new, 0)
+    empty = _varint(PADDING_TAG) + _varint(0)  # a second, empty field where one cannot fill the gap
+    for kept, fields in ((count, new[off:]), (0, b"")):
+        for extra in (b"", empty):
+            head = _varint(kept + 1 + (1 if extra else 0)) + fields + extra + _varint(PADDING_TAG)
+            for pad in range(max(size - len(head) - 3, 0), size - len(head)):
+                padding = _varint(pad) + bytes(pad)
+                if len(head) + len(padding) == size:
+                    return head + padding
+    raise CodecError(f"cannot fit a rewritten tagged section into {size} bytes")
+
+
+def _varint(n: int) -> bytes:
+    out = io.BytesIO()
+    write_unsigned_varint(out, n)  # type: ignore[arg-type]
+    return out.getvalue()
+
+
+class FetchResponseStream:
+    """A large Fetch response passed on while it arrives, its record sets never in user space.
+
+    Sans-IO, driven by the data plane (gateway/connection/data_plane.py): the head that arrived
+    first is given at creation; :meth:`next` then says what to do, until it returns DONE:
+
+    * ``NEED`` (0): :meth:`receive` up to :attr:`left` more bytes of the response;
+    * ``n > 0``: the next ``n`` bytes of the response are records: move them from the upstream to
+      the client without looking at them (``os.splice``), then call :meth:`next` again;
+    * ``DONE`` (-1): the response is whole.
+
+    Before acting on what :meth:`next` returned, send :meth:`take`'s bytes to the client: they
+    precede what comes next.  Only record sets of at least ``splice_min`` bytes are moved; smaller
+    ones are walked over in the bytes received (at most about ``splice_min`` + one read are held).
+    The top-level tagged fields (v16+ ``node_endpoints``) are rewritten like :func:`_rewrite` does,
+    at the size the upstream gave them (:func:`same_size_tags`).
+    """
+
+    DONE = -1
+
+    __slots__ = ("_reader", "_walk", "_nodes", "_ended", "_done")
+
+    def __init__(self, version: int, head: bytes | memoryview, left: int, nodes: NodeMap, splice_min: int) -> None:
+        self._reader = _Reader(version, bytearray(head), left, max(splice_min, 1))
+        self._walk = _walk(self._reader, FetchResponseShape())
+        self._nodes = nodes
+        self._ended = self._done = False
+
+    @property
+    def left(self) -> int:
+        """Bytes of the response neither received nor moved yet."""
+        return self._reader.left
+
+    def receive(self, data: bytes) -> None:
+        r = self._reader
+        if len(data) > r.left:
+            raise ValueError(f"{len(data)} bytes received, {r.left} left in the response")
+        r.buf += data
+        r.left -= len(data)
+
+    def take(self) -> list[bytes | bytearray | memoryview]:
+        """The bytes to hand on now, in order."""
+        r = self._reader
+        out, r.out = r.out, []
+        return out
+
+    def next(self) -> int:
+        r = self._reader
+        if self._ended:
+            return self._finish()
+        try:
+            next(self._walk)
+        except StopIteration:
+            self._ended = True
+        if r.moving:
+            moving, r.moving = r.moving, 0
+            return moving
+        if self._ended:
+            return self._finish()
+        if r.pos >= 65536:
+            r.hand_on()  # bytes walked go on while the walk waits
+        return NEED
+
+    def _finish(self) -> int:
+        r = self._reader
+        if not self._done:
+            self._done = True
+            if r.tags_at >= 0 and r.version >= 16:
+                section = _tag_section(r.buf, r.tags_at)
+                tags = _rewrite_tags(memoryview(bytes(section)), self._nodes)  # (kio reads read-only buffers)
+                if tags is not None:
+                    r.buf[r.tags_at : r.tags_at + len(section)] = same_size_tags(tags, len(section))
+            if r.buf:
+                r.out.append(r.buf)
+        return self.DONE
+
+
+SPECS = (ApiSpec(1, "Fetch", _inspect, _rewrite, enforce=_enforce, versions=(4, 18),
+                 stream_response=FetchResponseStream),)

@@ -72,6 +72,7 @@ def _merge(base: ApiSpec | None, spec: ApiSpec) -> ApiSpec:
         enforce=spec.enforce or base.enforce,
         answer=spec.answer or base.answer,
         peek=spec.peek or base.peek,
+        stream_response=spec.stream_response or base.stream_response,
     )
 
 

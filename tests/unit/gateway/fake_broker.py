@@ -48,6 +48,13 @@ class FakeBroker:
         self.logins = 0  # successful SaslAuthenticate exchanges (first logins and re-authentications)
         self.reauthentications = 0  # of those, on a connection already authenticated
         self.expired_closes = 0  # connections closed for a request after their session expired
+        #: Fetch: a function of the request version giving the response body; the response is
+        #: sent in ``fetch_pieces`` parts, ``fetch_pause`` seconds apart (a broker sending slowly)
+        self.fetch_body = None
+        self.fetch_pieces = 1
+        self.fetch_pause = 0.0
+        #: close the connection after sending this many bytes of the next Fetch response
+        self.fetch_cut: int | None = None
 
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED):
         listeners = await trio.open_tcp_listeners(self.port, host="127.0.0.1")  # 0 the first time
@@ -69,7 +76,7 @@ class FakeBroker:
                     await trio.sleep(self.read_pause)
                 try:
                     data = await stream.receive_some(65536)
-                except trio.BrokenResourceError:
+                except (trio.BrokenResourceError, trio.ClosedResourceError):  # (closed by fetch_cut)
                     break
                 if not data:
                     break
@@ -118,12 +125,27 @@ class FakeBroker:
             entity_writer(RH0)(out, RH0(correlation_id=i32(header.correlation_id)))
         out.write(body)
         payload = out.getvalue()
+        frame = struct.pack(">i", len(payload)) + payload
         async with lock:
             try:
-                await stream.send_all(struct.pack(">i", len(payload)) + payload)
+                if header.api_key == 1:
+                    await self._send_fetch(stream, frame)
+                else:
+                    await stream.send_all(frame)
             except trio.BrokenResourceError:
                 pass
         done.set()
+
+    async def _send_fetch(self, stream, frame: bytes) -> None:
+        if self.fetch_cut is not None:
+            await stream.send_all(frame[: self.fetch_cut])
+            await stream.aclose()
+            return
+        step = -(-len(frame) // self.fetch_pieces)
+        for at in range(0, len(frame), step):
+            if at:
+                await trio.sleep(self.fetch_pause)
+            await stream.send_all(frame[at : at + step])
 
     def _body(self, header, body) -> bytes:
         key, version = header.api_key, header.api_version
@@ -168,6 +190,8 @@ class FakeBroker:
             if "throttle_time" in fields:
                 kw["throttle_time"] = timedelta(0)
             return encode(cls(**kw))
+        if key == 1:
+            return self.fetch_body(version)
         if key == 0:
             request = decode_request(0, version, body, header.size)
             cls = response_class(0, version)
