@@ -86,6 +86,7 @@ def encode(entity: Any) -> bytes:
     return out.getvalue()
 
 
+@lru_cache(maxsize=None)  # (typing.get_type_hints costs ~80 us a call: error answers built per request use it)
 def nested(cls: Any, field_name: str) -> Any:
     """The entity class of a (tuple-of-, optional) entity field: ``nested(ProduceResponse, "responses")``."""
     tp = typing.get_type_hints(cls)[field_name]
