@@ -142,6 +142,26 @@ async def test_a_broker_dying_mid_response_closes_the_client_connection(nursery,
             await trio.sleep(0.02)
 
 
+async def test_a_client_leaving_mid_response_frees_its_pipe(nursery, tmp_path):
+    broker = FakeBroker()
+    broker.fetch_body = fetch_body([6 << 20])
+    broker.fetch_pieces, broker.fetch_pause = 60, 0.005
+    await nursery.start(broker.serve)
+    gateway, port, client = await gateway_with(nursery, tmp_path, broker)
+    await client.send(1, VERSION, 8, fetch_request())
+    got = 0
+    with trio.fail_after(10):
+        while got < 1 << 20:
+            got += len(await client.stream.receive_some(1 << 20))
+    await client.stream.aclose()  # gone with five of its six MiB still to come
+    with trio.fail_after(10):
+        while gateway.data_plane.pipes.open or gateway.connections:
+            await trio.sleep(0.02)
+    other = await RawClient.connect(port)
+    await other.send(1, VERSION, 9, fetch_request())
+    assert (await other.receive_frame())[8:] == b"\x00" + broker.fetch_body(VERSION)
+
+
 async def test_splicing_off_forwards_the_same_bytes_through_memory(nursery, tmp_path):
     broker = FakeBroker()
     broker.fetch_body = fetch_body([2 << 20])
