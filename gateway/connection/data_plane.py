@@ -88,8 +88,10 @@ log = logging.getLogger("kgw.data_plane")
 
 _RECV = 256 * 1024
 _RECV_INTO_MIN = 64 * 1024
-#: the most SO_RCVLOWAT asks for while a record set is spliced
-_LOW_WATER = 512 * 1024
+#: the most SO_RCVLOWAT asks for while a record set is spliced: fewer wake-ups than the segments
+#: loopback delivers, but not so many bytes that the client waits for them (512 KiB: a Java
+#: consumer's throughput fell by a fifth; docs/benchmarks.md)
+_LOW_WATER = 64 * 1024
 #: the first read of a response that may be spliced: its structure, not its records
 _HEAD = 16 * 1024
 _IOV_MAX = 512
