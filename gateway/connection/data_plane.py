@@ -88,10 +88,11 @@ log = logging.getLogger("kgw.data_plane")
 
 _RECV = 256 * 1024
 _RECV_INTO_MIN = 64 * 1024
-#: the most SO_RCVLOWAT asks for while a record set is spliced: fewer wake-ups than the segments
-#: loopback delivers, but not so many bytes that the client waits for them (512 KiB: a Java
-#: consumer's throughput fell by a fifth; docs/benchmarks.md)
-_LOW_WATER = 64 * 1024
+#: SO_RCVLOWAT while a record set is spliced: an eighth of what is still to come, within these
+#: bounds: fewer wake-ups than the segments loopback delivers, but never so many bytes held back
+#: that the client waits for them (512 KiB of a 1 MB set cost a Java consumer a fifth of its
+#: throughput; docs/benchmarks.md)
+_LOW_WATER = (64 * 1024, 512 * 1024)
 #: the first read of a response that may be spliced: its structure, not its records
 _HEAD = 16 * 1024
 _IOV_MAX = 512
@@ -532,7 +533,8 @@ class DataPlane:
                     conn.stream_progress()
                     continue
                 if sp.moving and sp.in_pipe < sp.capacity:  # wake when a good part of the set is there
-                    sp.wake_at(min(sp.moving, sp.capacity - sp.in_pipe, _LOW_WATER))
+                    sp.wake_at(min(sp.moving, sp.capacity - sp.in_pipe,
+                                   max(_LOW_WATER[0], min(sp.moving >> 3, _LOW_WATER[1]))))
                 return  # EPOLLIN on the upstream, EPOLLOUT on the client
             if sp.need:  # the walker's turn: the record set has gone whole
                 sp.wake_at(1)
