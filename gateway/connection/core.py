@@ -245,7 +245,7 @@ class ConnectionCore:
         #: moment authentication must be complete by
         self.last_read = time.monotonic()
         self._auth_deadline = self.last_read + limits.authentication_timeout_ms / 1000.0
-        self._idle_s = limits.connections_max_idle_ms / 1000.0
+        self.idle_s = limits.connections_max_idle_ms / 1000.0
         self._offload_request = limits.offload_request_bytes
         self._offload_produce = max(limits.offload_produce_bytes, limits.offload_request_bytes)
         self._offload_response = limits.offload_response_bytes
@@ -293,7 +293,7 @@ class ConnectionCore:
         deadline until it has authenticated, then the idle deadline."""
         if not self.authenticated:
             return self._auth_deadline
-        return self.last_read + self._idle_s
+        return self.last_read + self.idle_s
 
     def check_timeouts(self, now: float) -> None:
         """Raise :class:`CloseConnection` if the client took too long to authenticate, or has
@@ -304,7 +304,7 @@ class ConnectionCore:
                 raise CloseConnection(
                     f"authentication not completed within {self._limits.authentication_timeout_ms} ms "
                     "(limits.authentication_timeout_ms)", "authentication_timeout")
-        elif now >= self.last_read + self._idle_s:
+        elif now >= self.last_read + self.idle_s:
             if self.pending:  # waiting for answers is not idleness
                 self.last_read = now
                 return

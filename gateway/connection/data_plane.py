@@ -53,6 +53,14 @@ responses are outstanding, bytes wait to go upstream, or more than
 stops reading its upstream while bytes wait to go to the client; writes that
 would block are queued and finished on EPOLLOUT.
 
+Splicing: a response whose API has a walker (Fetch) and that kgw need not change as a whole is
+not assembled when at least ``io.splice_min_bytes`` of it are still to come after its first
+(16 KiB) read: the lane passes it on while it arrives (:meth:`DataPlane._pump`), the walker's
+bytes written as usual and each large record set spliced upstream socket → pipe → client socket
+(:mod:`gateway.connection.splicing`).  Meanwhile no new request is dispatched; the upstream's
+deadline runs from its last bytes, and a client that takes none for
+``limits.connections_max_idle_ms`` is closed (its pipe is never reused).
+
 Fairness: one lane gets at most :data:`_QUANTUM` requests dispatched per turn.
 Frames it still has buffered wait on the ready list while every other lane with
 an event is served, then it gets its next turn (the loop then polls without
@@ -323,11 +331,18 @@ class DataPlane:
             if id(lane) in seen or lane.closed:
                 continue
             seen.add(id(lane))
+            sent = lane.n_out
             lane.count_bytes()
             in_flight = lane.conn.in_flight
-            # (a response being spliced that waits for the client is the client's delay, not the upstream's)
-            if in_flight and now >= in_flight[0].deadline and not (
-                    lane.splicing is not None and (lane.cout or lane.splicing.in_pipe)):
+            sp = lane.splicing
+            if sp is not None and (lane.cout or sp.in_pipe):  # a spliced response waits for the client
+                if sent:
+                    sp.client_at = now
+                elif now >= sp.client_at + lane.conn.idle_s:  # (as a broker closes a client that reads nothing)
+                    self._end(lane, ("closed", CloseConnection(
+                        f"the client read nothing of a response for {lane.conn.idle_s * 1000:.0f} ms "
+                        "(limits.connections_max_idle_ms)", "idle")))
+            elif in_flight and now >= in_flight[0].deadline:
                 self._end(lane, ("closed", lane.conn.timeout_error(in_flight[0])))
             elif not lane.paused:  # (a paused lane's connection belongs to its Trio task)
                 try:
@@ -490,7 +505,7 @@ class DataPlane:
             dec.materialize()
             return
         dec.take_deferred()
-        lane.splicing = Splicing(walker, pipe, lane.conn._upstream.stream.socket)
+        lane.splicing = Splicing(walker, pipe, lane.conn._upstream.stream.socket, time.monotonic())
         self._pump(lane)
 
     def _pump(self, lane: Lane) -> None:

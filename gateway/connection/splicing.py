@@ -74,10 +74,12 @@ class PipePool:
 class Splicing:
     """A response a lane is passing on: its walker, its pipe and the bytes in flight through it."""
 
-    __slots__ = ("walker", "pipe", "capacity", "moving", "in_pipe", "need", "low_water", "_upstream")
+    __slots__ = ("walker", "pipe", "capacity", "moving", "in_pipe", "need", "low_water", "_upstream", "client_at")
 
-    def __init__(self, walker: Any, pipe: tuple[int, int, int], upstream: Any) -> None:
+    def __init__(self, walker: Any, pipe: tuple[int, int, int], upstream: Any, now: float) -> None:
         self.walker = walker
+        #: when the client was last seen taking bytes of it (checked every tick)
+        self.client_at = now
         self._upstream = upstream  # the upstream socket object
         self.pipe = pipe
         self.capacity = pipe[2]

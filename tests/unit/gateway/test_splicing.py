@@ -50,9 +50,20 @@ def fetch_request():
                 forgotten_topics_data=())
 
 
-async def gateway_with(nursery, tmp_path, broker, **io):
+async def broker_with(nursery, sizes, pieces=1, pause=0.0, cut=None) -> FakeBroker:
+    """A scripted broker answering every Fetch with records of ``sizes``, sent in ``pieces``
+    ``pause`` seconds apart (``cut``: it closes the connection after that many bytes)."""
+    broker = FakeBroker()
+    broker.fetch_body = fetch_body(sizes)
+    broker.fetch_pieces, broker.fetch_pause, broker.fetch_cut = pieces, pause, cut
+    await nursery.start(broker.serve)
+    return broker
+
+
+async def gateway_with(nursery, tmp_path, broker, limits=None, **io):
     broker.versions[1] = (4, VERSION)
-    gateway, port = await _start_gateway(nursery, tmp_path, broker, True, io={"data_plane_thread": True, **io})
+    gateway, port = await _start_gateway(nursery, tmp_path, broker, True, io={"data_plane_thread": True, **io},
+                                         **({"limits": limits} if limits else {}))
     return gateway, port, await RawClient.connect(port)
 
 
@@ -69,10 +80,7 @@ async def until_counted(gateway, at_least):
 
 @pytest.mark.parametrize("pieces", [1, 40])
 async def test_a_large_record_set_is_spliced_and_arrives_byte_for_byte(nursery, tmp_path, pieces):
-    broker = FakeBroker()
-    broker.fetch_body = fetch_body([4 << 20, 300, 600_000])
-    broker.fetch_pieces, broker.fetch_pause = pieces, 0.002
-    await nursery.start(broker.serve)
+    broker = await broker_with(nursery, [4 << 20, 300, 600_000], pieces, 0.002)
     gateway, _port, client = await gateway_with(nursery, tmp_path, broker)
     expected = struct.pack(">i", 21) + b"\x00" + broker.fetch_body(VERSION)
     for correlation_id in (21, 22):
@@ -85,10 +93,7 @@ async def test_a_large_record_set_is_spliced_and_arrives_byte_for_byte(nursery, 
 
 
 async def test_answers_after_a_spliced_response_keep_their_place(nursery, tmp_path):
-    broker = FakeBroker()
-    broker.fetch_body = fetch_body([3 << 20])
-    broker.fetch_pieces, broker.fetch_pause = 30, 0.003
-    await nursery.start(broker.serve)
+    broker = await broker_with(nursery, [3 << 20], 30, 0.003)
     gateway, _port, client = await gateway_with(nursery, tmp_path, broker)
     await client.send(16, 4, 1, request_class(16, 4)(states_filter=()))  # on the data plane from here
     assert (await client.receive(16, 4))[0] == 1
@@ -106,9 +111,7 @@ async def test_answers_after_a_spliced_response_keep_their_place(nursery, tmp_pa
 async def test_a_client_reading_slowly_gets_the_bytes_in_order(nursery, tmp_path):
     """The walker's bytes (a small record set, read through kgw) wait for the client while the
     next record set already fills the pipe: the pipe must not overtake them."""
-    broker = FakeBroker()
-    broker.fetch_body = fetch_body([100_000, 3 << 20])
-    await nursery.start(broker.serve)
+    broker = await broker_with(nursery, [100_000, 3 << 20])
     gateway, port, _ = await gateway_with(nursery, tmp_path, broker)
     sock = trio.socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel holds little for it
@@ -126,10 +129,7 @@ async def test_a_client_reading_slowly_gets_the_bytes_in_order(nursery, tmp_path
 
 
 async def test_a_broker_dying_mid_response_closes_the_client_connection(nursery, tmp_path):
-    broker = FakeBroker()
-    broker.fetch_body = fetch_body([4 << 20])
-    broker.fetch_cut = 2 << 20
-    await nursery.start(broker.serve)
+    broker = await broker_with(nursery, [4 << 20], cut=2 << 20)
     gateway, _port, client = await gateway_with(nursery, tmp_path, broker)
     await client.send(1, VERSION, 7, fetch_request())
     got = 0
@@ -143,10 +143,7 @@ async def test_a_broker_dying_mid_response_closes_the_client_connection(nursery,
 
 
 async def test_a_client_leaving_mid_response_frees_its_pipe(nursery, tmp_path):
-    broker = FakeBroker()
-    broker.fetch_body = fetch_body([6 << 20])
-    broker.fetch_pieces, broker.fetch_pause = 60, 0.005
-    await nursery.start(broker.serve)
+    broker = await broker_with(nursery, [6 << 20], 60, 0.005)
     gateway, port, client = await gateway_with(nursery, tmp_path, broker)
     await client.send(1, VERSION, 8, fetch_request())
     got = 0
@@ -162,10 +159,32 @@ async def test_a_client_leaving_mid_response_frees_its_pipe(nursery, tmp_path):
     assert (await other.receive_frame())[8:] == b"\x00" + broker.fetch_body(VERSION)
 
 
+async def test_a_client_that_reads_nothing_of_a_spliced_response_is_closed_when_idle(nursery, tmp_path):
+    """A response waiting for the client is not the upstream's delay (no upstream timeout), but a
+    client that reads nothing for connections_max_idle_ms is closed, its pipe freed: as a broker
+    closes a channel without activity.  Otherwise 64 such clients would hold every pipe forever."""
+    broker = await broker_with(nursery, [16 << 20])
+    gateway, port, _ = await gateway_with(nursery, tmp_path, broker, limits={"connections_max_idle_ms": 300})
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    await sock.connect(("127.0.0.1", port))
+    client = RawClient(trio.SocketStream(sock))
+    await client.send(1, VERSION, 3, fetch_request())
+    with trio.fail_after(5):
+        while not gateway.data_plane.pipes.open:  # the response is being spliced
+            await trio.sleep(0.02)
+    with trio.fail_after(10):
+        while gateway.data_plane.pipes.open:  # closed for idleness, the pipe with it
+            await trio.sleep(0.05)
+    got = 0
+    with trio.fail_after(10):
+        while data := await client.stream.receive_some(1 << 20):
+            got += len(data)
+    assert got < 16 << 20  # the connection ended before the whole response
+
+
 async def test_splicing_off_forwards_the_same_bytes_through_memory(nursery, tmp_path):
-    broker = FakeBroker()
-    broker.fetch_body = fetch_body([2 << 20])
-    await nursery.start(broker.serve)
+    broker = await broker_with(nursery, [2 << 20])
     gateway, _port, client = await gateway_with(nursery, tmp_path, broker, splice_min_bytes=0)
     await client.send(1, VERSION, 9, fetch_request())
     frame = await client.receive_frame()
