@@ -86,9 +86,13 @@ def encode(entity: Any) -> bytes:
     return out.getvalue()
 
 
-@lru_cache(maxsize=None)  # (typing.get_type_hints costs ~80 us a call: error answers built per request use it)
 def nested(cls: Any, field_name: str) -> Any:
     """The entity class of a (tuple-of-, optional) entity field: ``nested(ProduceResponse, "responses")``."""
+    return _nested(cls, field_name)
+
+
+@lru_cache(maxsize=None)  # (typing.get_type_hints costs ~80 us a call: error answers built per request use it)
+def _nested(cls: Any, field_name: str) -> Any:
     tp = typing.get_type_hints(cls)[field_name]
     while True:
         origin = typing.get_origin(tp)

@@ -93,7 +93,7 @@ from protocol.codecs import CodecError, encode, make, nested, response_class
 from protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
 from protocol.headers import RequestHeader
 from protocol.topic_ids import TopicCache
-from protocol.wire import WalkError, array_len, i16, i32, skip_bytes, skip_string, skip_tagged, uvarint
+from protocol.wire import WalkError, array_len, i16, i32, skip_string, skip_tagged, uvarint
 
 __all__ = [
     "SPECS",
