@@ -11,6 +11,13 @@ response passes untouched.  Otherwise the body is rebuilt as the untouched
 bytes up to the tagged section followed by a freshly encoded tagged section:
 the record slices are never decoded or re-encoded.
 
+On the data plane a large response need not be whole to be forwarded:
+:class:`FetchResponseStream` walks the same structure while the response arrives
+(:func:`_walk`, a generator asking for bytes), hands on what precedes each record set and
+names the record set, which the driver splices socket to socket; the top-level tagged section
+is rewritten at its original size, since the length prefix has already gone
+(:func:`same_size_tags`).
+
 Authorization (Kafka's ``KafkaApis.handleFetchRequest``; docs/authorization.md)
 -------------------------------------------------------------------------------------
 * **Follower fetch** (``replica_id`` >= 0, from v15 on ``replica_state.replica_id``):
