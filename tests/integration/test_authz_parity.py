@@ -36,6 +36,7 @@ from protocol.codecs import make, nested, request_class
 from gateway.upstream.cluster import encode_request
 from tests.support.cluster import base_gateway_config, launch_gateway
 from tests.support.kafka import start_kafka
+from tests.support.processes import wait_until
 from tests.support.raw_kafka import RawConnection
 from tests.support.scenarios import _all_field_names, _api_key, build
 
@@ -69,14 +70,23 @@ class Side:
                 f.result(timeout=T)
 
     def topic_id(self, name: str) -> uuid.UUID:
-        """Asked as admin through this side (kgw learns the id from the answer, as from any client's)."""
+        """Asked as admin through this side (kgw learns the id from the answer, as from any client's).
+        A topic just created may be unknown to the broker's metadata for a moment after
+        CreateTopics returned (KRaft publishes it to the broker's cache asynchronously): asked
+        again until known."""
         cls = request_class(3, 12)
-        with _connect(self.bootstrap, "admin") as conn:
-            response = conn.call(3, 12, make(cls, topics=(make(nested(cls, "topics"), name=name, topic_id=None),),
-                                             allow_auto_topic_creation=False, include_topic_authorized_operations=False))
-        (t,) = response.topics
-        assert t.error_code == 0, (self.name, t)
-        return t.topic_id
+
+        def known():
+            with _connect(self.bootstrap, "admin") as conn:
+                response = conn.call(3, 12, make(cls, topics=(make(nested(cls, "topics"), name=name, topic_id=None),),
+                                                 allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+            (t,) = response.topics
+            if t.error_code == 3:  # UNKNOWN_TOPIC_OR_PARTITION: not published yet
+                return None
+            assert t.error_code == 0, (self.name, t)
+            return t.topic_id
+
+        return wait_until(known, T, message=f"{name} known to {self.name}'s metadata")
 
 
 def _connect(bootstrap: str, user: str) -> RawConnection:
