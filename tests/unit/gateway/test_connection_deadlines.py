@@ -56,7 +56,10 @@ async def test_a_client_that_keeps_talking_without_logging_in_is_closed_at_the_a
                 break
             sent += 1
             with trio.move_on_after(0.05):  # a byte every 50 ms: never idle
-                if await client.stream.receive_some(100) == b"":
+                try:
+                    if await client.stream.receive_some(100) == b"":
+                        break
+                except trio.BrokenResourceError:  # closed with a byte of ours unread: the kernel resets
                     break
     assert sent > 1  # it was read meanwhile
     assert _closed_for(gateway, "authentication_timeout") == 1
