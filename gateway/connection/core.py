@@ -703,8 +703,9 @@ class ConnectionCore:
                 or slot.large or not self.pending or self.pending[0] is not slot or len(head) < 8):
             return None
         self._check_correlation(slot, head)
-        self.metrics.latency(self.listener_name, slot.spec.name).observe(time.monotonic() - slot.sent_at)
-        slot.deadline = time.monotonic() + self._request_timeout_s  # now: for the rest of the response
+        now = time.monotonic()
+        self.metrics.latency(self.listener_name, slot.spec.name).observe(now - slot.sent_at)
+        slot.deadline = now + self._request_timeout_s  # now: for the rest of the response
         return slot.spec.stream_response(slot.header.api_version, head, left, self.listener.node_map, splice_min)
 
     def stream_progress(self) -> None:
@@ -713,9 +714,8 @@ class ConnectionCore:
 
     def stream_done(self) -> None:
         """The response being passed on has gone whole to the client."""
-        slot = self.in_flight.popleft()
+        self.in_flight.popleft()
         self.pending.popleft()
-        slot.data = b""
         if self._cluster.timing_out_since is not None:
             self._cluster.answered()
 

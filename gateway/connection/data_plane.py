@@ -498,10 +498,10 @@ class DataPlane:
         try:
             walker = lane.conn.open_stream(head, left, self._splice_min)
         except BaseException:
-            self.pipes.release(pipe, True)
+            self.pipes.release(pipe)
             raise
         if walker is None:
-            self.pipes.release(pipe, True)
+            self.pipes.release(pipe)
             dec.materialize()
             return
         dec.take_deferred()
@@ -579,7 +579,7 @@ class DataPlane:
     def _splicing_done(self, lane: Lane) -> None:
         sp, lane.splicing = lane.splicing, None
         sp.wake_at(1)
-        self.pipes.release(sp.pipe, True)
+        self.pipes.release(sp.pipe)
         lane.conn.stream_done()
         self._flush_client(lane)
         self._process_client(lane)  # requests the client sent meanwhile

@@ -54,12 +54,9 @@ class PipePool:
         self.open += 1
         return r, w, capacity
 
-    def release(self, pipe: tuple[int, int, int], empty: bool) -> None:
-        """Give a pipe back; one that may still hold bytes is closed, never reused."""
-        if empty:
-            self._free.append(pipe)
-        else:
-            self.discard(pipe)
+    def release(self, pipe: tuple[int, int, int]) -> None:
+        """Give back an empty pipe (one that may still hold bytes is :meth:`discard`-ed)."""
+        self._free.append(pipe)
 
     def discard(self, pipe: tuple[int, int, int]) -> None:
         os.close(pipe[0])

@@ -52,10 +52,9 @@ def response(version, sizes, endpoints=(), aborted=0, error=ErrorCode.none):
     return struct.pack(">i", len(header) + len(body)) + header + body
 
 
-def pass_on(frame, head_size, read_sizes, splice_min=SPLICE_MIN):
+def pass_on(version, frame, head_size, read_sizes, splice_min=SPLICE_MIN):
     """Drive a stream as the data plane does; returns (bytes the client got, bytes handed
     through user space, bytes moved)."""
-    version = pass_on.version
     stream = FetchResponseStream(version, frame[:head_size], len(frame) - head_size, Nodes(), splice_min)
     at = head_size
     client, through_user, moved = [], 0, 0
@@ -86,10 +85,9 @@ def test_the_client_gets_the_upstream_response_byte_for_byte_whatever_the_reads(
     sizes = [[rnd.choice([0, 10, 500, 70_000, 300_000, 1_200_000]) for _ in range(rnd.randint(0, 3))]
              for _ in range(rnd.randint(0, 3))]
     frame = response(version, sizes, aborted=rnd.randint(0, 2))
-    pass_on.version = version
     head = rnd.randint(1, min(len(frame), 300_000))
     reads = [rnd.choice([1, 7, 100, 4096, 65536, 262144]) for _ in range(100_000)]
-    out, through_user, moved = pass_on(frame, head, reads)
+    out, through_user, moved = pass_on(version, frame, head, reads)
     assert out == frame
     large = sum(max(size - SPLICE_MIN, 0) for part_sizes in sizes for size in part_sizes)
     # every large record set but what arrived in the head (or a read) bypasses user space
@@ -98,18 +96,16 @@ def test_the_client_gets_the_upstream_response_byte_for_byte_whatever_the_reads(
 
 
 def test_a_4_mib_record_set_crosses_user_space_only_in_the_head():
-    pass_on.version = 17
     frame = response(17, [[4 << 20]])
-    out, through_user, moved = pass_on(frame, 256 * 1024, [65536] * 100)
+    out, through_user, moved = pass_on(17, frame, 256 * 1024, [65536] * 100)
     assert out == frame
     assert through_user == 256 * 1024 + 3  # the head, then the partition's, topic's and top-level tags
     assert moved == len(frame) - through_user
 
 
 def test_small_record_sets_are_walked_in_user_space_holding_little():
-    pass_on.version = 17
     frame = response(17, [[1000] * 500])
-    out, through_user, moved = pass_on(frame, 512, [4096] * 10_000)
+    out, through_user, moved = pass_on(17, frame, 512, [4096] * 10_000)
     assert out == frame and moved == 0
 
 
@@ -132,12 +128,11 @@ def without_padding(frame):
 
 
 def test_node_endpoints_get_gateway_addresses_at_the_size_the_upstream_gave():
-    pass_on.version = 17
     cls = nested(response_class(1, 17), "node_endpoints")
     endpoints = tuple(make(cls, node_id=i32(n), host=f"broker-{n}.a-rather-long-internal-name.example.net",
                            port=i32(9092), rack=None) for n in (1, 2))
     frame = response(17, [[300_000]], endpoints=endpoints, error=ErrorCode.not_leader_or_follower)
-    out, _user, moved = pass_on(frame, 1024, [65536] * 100)
+    out, _user, moved = pass_on(17, frame, 1024, [65536] * 100)
     assert len(out) == len(frame) and moved > 0
     decoded = decode_response(1, 17, memoryview(without_padding(out)), 4 + 4 + 1)
     assert [(n.node_id, n.host, n.port) for n in decoded.node_endpoints] == [
@@ -150,11 +145,10 @@ def response_records(frame):
 
 
 def test_node_endpoints_that_do_not_fit_are_dropped_for_padding_the_client_skips():
-    pass_on.version = 17
     cls = nested(response_class(1, 17), "node_endpoints")
     endpoints = (make(cls, node_id=i32(1), host="b1", port=i32(9092), rack=None),)
     frame = response(17, [[300_000]], endpoints=endpoints)
-    out, _user, _moved = pass_on(frame, 1024, [65536] * 100)
+    out, _user, _moved = pass_on(17, frame, 1024, [65536] * 100)
     assert len(out) == len(frame)
     out = without_padding(out)
     decoded = decode_response(1, 17, memoryview(out), 4 + 4 + 1)
@@ -186,9 +180,8 @@ def test_same_size_tags_pads_to_exactly_the_size(size):
 
 @pytest.mark.parametrize("cut", [1, 2, 3, 50_000, 99_000])
 def test_a_response_that_ends_early_is_refused(cut):
-    pass_on.version = 17
     frame = response(17, [[100_000]])
     broken = frame[: len(frame) - cut]
     broken = struct.pack(">i", len(broken) - 4) + broken[4:]  # the walk runs past its end
     with pytest.raises(CodecError):
-        pass_on(broken, 8, [4096] * 1000)
+        pass_on(17, broken, 8, [4096] * 1000)
