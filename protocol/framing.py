@@ -126,6 +126,12 @@ class FrameDecoder:
         return (len(self._chunk) - self._pos) + self._fill
 
     @property
+    def to_come(self) -> int:
+        """Bytes of the frame being assembled still to arrive (0: none is, or its length prefix
+        itself is incomplete)."""
+        return self._size - self._fill if self._size else 0
+
+    @property
     def in_frame(self) -> bool:
         """True while a started frame is incomplete (used to log truncation)."""
         return self._fill > 0 or (len(self._chunk) - self._pos) > 0

@@ -96,6 +96,9 @@ log = logging.getLogger("kgw.data_plane")
 
 _RECV = 256 * 1024
 _RECV_INTO_MIN = 64 * 1024
+#: a client's read while a large request is arriving: up to its rest, at most this (each read
+#: allocates what it asks for, then gives back what did not come)
+_RECV_FRAME = 1024 * 1024
 #: SO_RCVLOWAT while a record set is spliced: an eighth of what is still to come, within these
 #: bounds: fewer wake-ups than the segments loopback delivers, but never so many bytes held back
 #: that the client waits for them (512 KiB of a 1 MB set cost a Java consumer a fifth of its
@@ -395,7 +398,8 @@ class DataPlane:
             self._read_upstream(lane)
 
     def _read_client(self, lane: Lane) -> None:
-        n = _receive(lane.cfd, lane.cdec)
+        to_come = lane.cdec.to_come  # the rest of a large request: in fewer reads (and turns)
+        n = _receive(lane.cfd, lane.cdec, _RECV if to_come <= _RECV else min(to_come, _RECV_FRAME))
         if n == 0:
             dec = lane.cdec
             self._end(lane, ("eof", dec.buffered if dec.in_frame else 0))
