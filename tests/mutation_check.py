@@ -317,6 +317,9 @@ MUTATIONS = (
              "    operations = list(dict.fromkeys(_enum(AclOperation, op, concrete=True) for op in args.operation))",
              "    operations = [_enum(AclOperation, args.operation[-1], concrete=True)]",
              ("tests/unit/gateway/test_acl_cli.py",)),
+    Mutation("client reads: the announced rest of a request read (allocated) at once", "gateway/connection/data_plane.py",
+             "min(to_come, _RECV_FRAME)", "to_come",
+             ("tests/unit/gateway/test_data_plane_reads.py",)),
 )
 
 

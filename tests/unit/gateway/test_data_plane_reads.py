@@ -43,3 +43,31 @@ def test_the_rest_of_a_large_request_is_read_in_pieces_of_up_to_1_mib(monkeypatc
         os.close(dp._wake)
         a.close()
         b.close()
+
+
+def test_a_client_announcing_a_huge_request_is_never_read_for_more_than_1_mib_at_once(monkeypatch):
+    """Each read allocates what it asks for: a client announcing 64 MiB and sending 2 MiB must not
+    make kgw allocate from the announced length."""
+    sent = struct.pack(">i", 64 << 20) + os.urandom(2 << 20)
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    dp = data_plane.DataPlane()
+    try:
+        sizes: list[int] = []
+        real_read = os.read
+        monkeypatch.setattr(os, "read", lambda fd, n: (sizes.append(n) if fd == a.fileno() else None) or real_read(fd, n))
+        monkeypatch.setattr(dp, "_process_client", lambda lane: lane.cdec.next_frame())
+        lane = SimpleNamespace(cfd=a.fileno(), cdec=FrameDecoder(128 << 20), n_in=0, conn=SimpleNamespace(last_read=0.0))
+        writer = threading.Thread(target=lambda: b.sendall(sent))
+        writer.start()
+        while lane.n_in < len(sent):
+            select.select([a], [], [], 5)
+            dp._read_client(lane)
+        writer.join()
+        assert len(sizes) >= 2 and max(sizes) == 1 << 20
+        assert lane.cdec.allocated == 0  # (kept as the reads' own chunks until whole)
+    finally:
+        dp._ep.close()
+        os.close(dp._wake)
+        a.close()
+        b.close()
