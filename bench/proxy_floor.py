@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Latency floor of a Python proxy: single-record produce latency through do-nothing byte pumps.
 
-    .venv/bin/python bench/proxy_floor.py [--requests 2000] [--pumps trio,epoll]
+    .venv/bin/python bench/proxy_floor.py [--requests 2000] [--pumps trio,epoll] [--with haproxy,kgw]
 
 Starts tansu broker A (clients talk to it directly) and, per pump, a tansu
 broker whose advertised listener is that pump (bytes in, bytes out, no
@@ -14,17 +14,21 @@ of a client bootstrapped at the pump goes through it.  Pumps:
 
 The gap between a pump's p50 and the direct p50 is what one Python hop in each
 direction costs on this machine before any work is done; compare it with kgw's
-gap in bench_gateway.py.
+gap in bench_gateway.py.  ``--with`` measures, in the same rounds, HAProxy from Debian
+(TCP mode, in front of a tansu of its own that advertises it) and ``kgw run`` without an
+authorizer: a C proxy, a Python proxy doing nothing, and kgw, side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as bg  # noqa: E402
+from tests.support.haproxy import start_haproxy  # noqa: E402
 from tests.support.processes import ManagedProcess  # noqa: E402
 
 PROXY = r'''
@@ -99,10 +103,14 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--pumps", default="trio", help="comma-separated: " + ", ".join(PUMPS))
+    ap.add_argument("--with", dest="others", default="", help="comma-separated: haproxy, kgw")
     args = ap.parse_args()
     pumps = [p.strip() for p in args.pumps.split(",") if p.strip()]
     if not pumps or any(p not in PUMPS for p in pumps):
         ap.error(f"--pumps: choose from {', '.join(PUMPS)}")
+    others = [o.strip() for o in args.others.split(",") if o.strip()]
+    if any(o not in ("haproxy", "kgw") for o in others):
+        ap.error("--with: choose from haproxy, kgw")
     with bg.scratch("kgw-floor-") as (tmp, procs):
         a, a_port = bg.start_tansu(tmp)
         procs.append(a)
@@ -117,21 +125,37 @@ def main() -> int:
             procs.append(p)
             p.wait_for_line(r"^ready$", 30)
             sides[f"{name}-pump"] = (f"127.0.0.1:{proxy_port}", p)
+        if "haproxy" in others:
+            front = bg.free_port()
+            c, c_port = bg.start_tansu(tmp / "haproxy-broker", advertised_port=front)
+            procs.append(c)
+            haproxy = start_haproxy(tmp / "haproxy", {"lb": (c_port, "")}, ports={"lb": front})
+            procs.append(haproxy.process)
+            sides["haproxy"] = (f"127.0.0.1:{front}", haproxy.process)
+        if "kgw" in others:
+            kgw, kgw_port = bg.start_kgw(tmp, a_port)
+            procs.append(kgw)
+            sides["kgw"] = (f"127.0.0.1:{kgw_port}", kgw)
         for boot, _ in sides.values():
             bg.create_topics(boot, ["floor"])
-        best = {}
+        best: dict[str, dict] = {}
+        cpus: dict[str, list[float]] = {s: [] for s in sides}
         for i in range(args.repeat):
-            for side in (list(sides) if i % 2 == 0 else list(reversed(list(sides)))):
+            k = i % len(sides)  # rotated: each side once in each position every len(sides) repeats
+            for side in list(sides)[k:] + list(sides)[:k]:
                 boot, p = sides[side]
                 cpu0 = bg.cpu_seconds(p.pid) if p else 0.0
                 r = bg.produce_latency(boot, "floor", args.requests, args.warmup, "1")
                 cpu = (bg.cpu_seconds(p.pid) - cpu0) / (args.requests + args.warmup) * 1e6 if p else 0.0
+                cpus[side].append(cpu)
                 print(f"  {side:10} #{i}: p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms"
                       + (f"  (proxy cpu {cpu:.0f} us/request)" if p else ""), flush=True)
                 if side not in best or r["p50_ms"] < best[side]["p50_ms"]:
                     best[side] = r
         d = best["direct"]["p50_ms"]
         print("best p50: " + ", ".join(f"{s} {r['p50_ms']:.3f} ms ({r['p50_ms'] / d:.2f}x)" for s, r in best.items()))
+        print("median proxy cpu per request: "
+              + ", ".join(f"{s} {statistics.median(v):.0f} us" for s, v in cpus.items() if s != "direct"))
         return 0
 
 
