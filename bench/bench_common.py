@@ -61,6 +61,21 @@ def start_tansu(log_dir: Path, *, advertised_port: int | None = None) -> tuple[M
     return broker.process, broker.port
 
 
+def start_haproxy_broker(log_dir: Path, procs: list) -> tuple[ManagedProcess, str, str]:
+    """HAProxy from Debian in TCP mode in front of a tansu of its own that advertises HAProxy's port
+    (a client connects to the address its broker advertises, so a broker that others reach
+    directly cannot also serve a proxy that does not rewrite addresses).  Both are appended to
+    ``procs``; returns HAProxy's process, the bootstrap through it and the broker's own."""
+    from tests.support.haproxy import start_haproxy
+
+    front = free_port()
+    broker, broker_port = start_tansu(log_dir / "haproxy-broker", advertised_port=front)
+    procs.append(broker)
+    haproxy = start_haproxy(log_dir / "haproxy", {"lb": (broker_port, "")}, ports={"lb": front})
+    procs.append(haproxy.process)
+    return haproxy.process, f"{HOST}:{front}", f"{HOST}:{broker_port}"
+
+
 def start_kgw(log_dir: Path, tansu_port: int, name: str = "kgw", extra_config: str = "",
               meta_dir: Path | None = None, listener: dict | None = None,
               code: Path | None = None) -> tuple[ManagedProcess, int]:

@@ -69,8 +69,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # authz.* for seed
 
 import confluent_kafka  # noqa: E402
 
-from tests.support.haproxy import start_haproxy  # noqa: E402
-from tests.support.ports import free_port  # noqa: E402
 from tests.support.processes import ManagedProcess  # noqa: E402
 
 from bench_common import (  # noqa: E402
@@ -93,6 +91,7 @@ from bench_common import (  # noqa: E402
     py_spy,
     rss_mb,
     seed_acls,
+    start_haproxy_broker,
     start_kgw,
     start_tansu,
     verify_authz,
@@ -156,16 +155,9 @@ def run(args) -> Results:
             ports[AUTHZ] = authz_port
         cpu_of.update(gw)
         if HAPROXY in sides:
-            front = free_port()
-            tansu2, tansu2_port = start_tansu(tmp / "tansu-haproxy", advertised_port=front)
-            procs.append(tansu2)
-            haproxy = start_haproxy(tmp / "haproxy", {"lb": (tansu2_port, "")}, ports={"lb": front})
-            procs.append(haproxy.process)
-            cpu_of[HAPROXY] = haproxy.process
-            boot[HAPROXY] = f"{HOST}:{front}"
-            admin[HAPROXY] = f"{HOST}:{tansu2_port}"
-            print(f"haproxy pid {haproxy.process.pid} on {boot[HAPROXY]} in front of tansu pid {tansu2.pid} "
-                  f"on {admin[HAPROXY]}", flush=True)
+            cpu_of[HAPROXY], boot[HAPROXY], admin[HAPROXY] = start_haproxy_broker(tmp, procs)
+            print(f"haproxy pid {cpu_of[HAPROXY].pid} on {boot[HAPROXY]} in front of a tansu on {admin[HAPROXY]}",
+                  flush=True)
         for side, proc in gw.items():
             res.rss[side] = {"start_mb": rss_mb(proc.pid)}
         print(f"tansu pid {tansu.pid} on {boot[DIRECT]}; "

@@ -28,7 +28,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as bg  # noqa: E402
-from tests.support.haproxy import start_haproxy  # noqa: E402
 from tests.support.processes import ManagedProcess  # noqa: E402
 
 PROXY = r'''
@@ -126,12 +125,8 @@ def main() -> int:
             p.wait_for_line(r"^ready$", 30)
             sides[f"{name}-pump"] = (f"127.0.0.1:{proxy_port}", p)
         if "haproxy" in others:
-            front = bg.free_port()
-            c, c_port = bg.start_tansu(tmp / "haproxy-broker", advertised_port=front)
-            procs.append(c)
-            haproxy = start_haproxy(tmp / "haproxy", {"lb": (c_port, "")}, ports={"lb": front})
-            procs.append(haproxy.process)
-            sides["haproxy"] = (f"127.0.0.1:{front}", haproxy.process)
+            haproxy, front, _broker = bg.start_haproxy_broker(tmp, procs)
+            sides["haproxy"] = (front, haproxy)
         if "kgw" in others:
             kgw, kgw_port = bg.start_kgw(tmp, a_port)
             procs.append(kgw)

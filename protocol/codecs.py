@@ -88,7 +88,7 @@ def encode(entity: Any) -> bytes:
 
 def nested(cls: Any, field_name: str) -> Any:
     """The entity class of a (tuple-of-, optional) entity field: ``nested(ProduceResponse, "responses")``."""
-    return _nested(cls, field_name)
+    return _nested(cls, field_name)  # (a plain signature for the type checker; the cache is below)
 
 
 @lru_cache(maxsize=None)  # (typing.get_type_hints costs ~80 us a call: error answers built per request use it)

@@ -213,7 +213,7 @@ class FrameDecoder:
         """The frame held back (:attr:`deferred`): what arrived of it (length prefix included)
         and how many of its bytes are still to come."""
         assert self.deferred
-        return memoryview(self._parts[0]), self._size - self._fill
+        return memoryview(self._parts[0]), self.to_come
 
     def take_deferred(self) -> None:
         """The caller reads the rest of the frame held back itself: the decoder forgets it."""

@@ -398,10 +398,10 @@ class DataPlane:
             self._read_upstream(lane)
 
     def _read_client(self, lane: Lane) -> None:
-        to_come = lane.cdec.to_come  # the rest of a large request: in fewer reads (and turns)
-        n = _receive(lane.cfd, lane.cdec, _RECV if to_come <= _RECV else min(to_come, _RECV_FRAME))
+        dec = lane.cdec
+        to_come = dec.to_come  # the rest of a large request: in fewer reads (and turns)
+        n = _receive(lane.cfd, dec, _RECV if to_come <= _RECV else min(to_come, _RECV_FRAME))
         if n == 0:
-            dec = lane.cdec
             self._end(lane, ("eof", dec.buffered if dec.in_frame else 0))
             return
         if n > 0:
