@@ -88,6 +88,22 @@ class Side:
 
         return wait_until(known, T, message=f"{name} known to {self.name}'s metadata")
 
+    def set_acls(self, bindings: list[AclBinding], present: bool) -> None:
+        """Create (or delete) ``bindings`` and wait until this side's authorizer holds (or has
+        dropped) them: a Kafka broker's CreateAcls returns once the controller committed them,
+        and its own authorizer applies the records a moment later (KRaft publishes them
+        asynchronously), while DescribeAcls is answered from that authorizer."""
+        filters = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host,
+                                    b.operation, b.permission_type) for b in bindings]
+        done = self.admin.create_acls(bindings) if present else self.admin.delete_acls(filters)
+        for f in done.values():
+            f.result(timeout=T)
+
+        def applied() -> bool:
+            return all(bool(self.admin.describe_acls(f).result(timeout=T)) == present for f in filters)
+
+        wait_until(applied, T, message=f"ACLs {'applied' if present else 'dropped'} by {self.name}'s authorizer")
+
 
 def _connect(bootstrap: str, user: str) -> RawConnection:
     conn = RawConnection(bootstrap)
@@ -201,17 +217,13 @@ def test_same_answer_as_kafkas_own_authorizer(sides, scenario):
     for side in sides:
         side.create_topics(topics)
         if bindings:
-            for f in side.admin.create_acls(bindings).values():
-                f.result(timeout=T)
+            side.set_acls(bindings, present=True)
         try:
             ids = {t: side.topic_id(_expand(f"<{t}>", {})) for t in scenario.get("topics", [])}
             answers[side.name] = _ask_when_led(side, api_key, version, scenario["request"], ids)
         finally:
             if bindings:
-                filters = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host,
-                                            b.operation, b.permission_type) for b in bindings]
-                for f in side.admin.delete_acls(filters).values():
-                    f.result(timeout=T)
+                side.set_acls(bindings, present=False)
     if "differs" in scenario:  # documented: the difference must still be there (or the entry is stale)
         assert answers["kgw"] != answers["kafka"], f"no longer differs ({scenario['differs']}): {answers['kgw']}"
         return
