@@ -28,12 +28,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,
                                    NewTopic, ResourcePatternType, ResourceType)
 
 from authz.credentials import PlainCredential
 from protocol.codecs import make, nested, request_class
 from gateway.upstream.cluster import encode_request
+from tests.support.acls import change_acls
 from tests.support.cluster import base_gateway_config, launch_gateway
 from tests.support.kafka import start_kafka
 from tests.support.processes import wait_until
@@ -89,20 +90,8 @@ class Side:
         return wait_until(known, T, message=f"{name} known to {self.name}'s metadata")
 
     def set_acls(self, bindings: list[AclBinding], present: bool) -> None:
-        """Create (or delete) ``bindings`` and wait until this side's authorizer holds (or has
-        dropped) them: a Kafka broker's CreateAcls returns once the controller committed them,
-        and its own authorizer applies the records a moment later (KRaft publishes them
-        asynchronously), while DescribeAcls is answered from that authorizer."""
-        filters = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host,
-                                    b.operation, b.permission_type) for b in bindings]
-        done = self.admin.create_acls(bindings) if present else self.admin.delete_acls(filters)
-        for f in done.values():
-            f.result(timeout=T)
-
-        def applied() -> bool:
-            return all(bool(self.admin.describe_acls(f).result(timeout=T)) == present for f in filters)
-
-        wait_until(applied, T, message=f"ACLs {'applied' if present else 'dropped'} by {self.name}'s authorizer")
+        """Create (or delete) ``bindings``; back once this side's authorizer holds the change."""
+        change_acls(self.admin, bindings, present, T)
 
 
 def _connect(bootstrap: str, user: str) -> RawConnection:

@@ -22,11 +22,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,
                                    NewTopic, ResourcePatternType, ResourceType)
 
 from authz.credentials import PlainCredential
 from protocol.codecs import make, nested, request_class
+from tests.support.acls import change_acls
 from tests.support.cluster import Gateway, base_gateway_config, launch_gateway
 from tests.support.kafka import KafkaCluster, start_kafka
 from tests.support.raw_kafka import RawConnection
@@ -100,19 +101,14 @@ class Side:
         return {t.topic_id: t.name for t in response.topics}
 
     def grant(self, *acls: str) -> list[AclBinding]:
-        """``PRINCIPAL ALLOW|DENY TYPE PATTERN NAME OPERATION`` (CLUSTER's name: kafka-cluster)."""
+        """``PRINCIPAL ALLOW|DENY TYPE PATTERN NAME OPERATION`` (CLUSTER's name: kafka-cluster);
+        back once this side's authorizer holds them (Kafka's applies them after CreateAcls returns)."""
         bindings = [_binding(a) for a in acls]
-        admin = self.admin()  # kept until the futures complete
-        for f in admin.create_acls(bindings).values():
-            f.result(timeout=T)
+        change_acls(self.admin(), bindings, True, T)
         return bindings
 
     def revoke(self, bindings: list[AclBinding]) -> None:
-        filters = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,
-                                    b.permission_type) for b in bindings]
-        admin = self.admin()
-        for f in admin.delete_acls(filters).values():
-            f.result(timeout=T)
+        change_acls(self.admin(), bindings, False, T)
 
     def close(self) -> None:
         for conn in self._conns:
