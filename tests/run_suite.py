@@ -9,8 +9,10 @@ this split was chosen).  Each half starts only the session
 fixtures its tests need, so no broker or provider runs twice; each gets its own port range
 (``KGW_TEST_PORTS``, read by tests/support/ports.py; the fixed ports of
 tests/integration/test_examples.py, 9092 and 9190-9711, are below both) and its own
-``--basetemp``.  Lines are printed as they come, prefixed with the half's name; the exit
-status is the first non-zero one of the two.
+``--basetemp``.  Lines are printed as they come, prefixed with the half's name; when both have
+ended, each half's failed and erroring tests are printed once more, last (what a client library
+prints while its objects are torn down at exit would otherwise bury them); the exit status is the
+first non-zero one of the two.
 
     .venv/bin/python tests/run_suite.py             # both halves
     .venv/bin/python tests/run_suite.py jvm         # one of them
@@ -36,8 +38,13 @@ HALVES = {
 }
 
 
-def _pump(name: str, stream, lock: threading.Lock) -> None:
+_OUTCOME_LINE = ("FAILED ", "ERROR ")  # pytest's short test summary (-rfE, its default)
+
+
+def _pump(name: str, stream, lock: threading.Lock, outcomes: list[str]) -> None:
     for line in iter(stream.readline, ""):
+        if line.startswith(_OUTCOME_LINE):
+            outcomes.append(f"[{name}] {line}")
         with lock:
             sys.stdout.write(f"[{name}] {line}")
             sys.stdout.flush()
@@ -57,6 +64,8 @@ def main(argv: list[str]) -> int:
     base.mkdir(parents=True, exist_ok=True)  # pytest makes --basetemp itself, not its parents
     lock = threading.Lock()
     running = []
+    outcomes: list[str] = []
+    summaries: dict[str, str] = {}
     started = time.monotonic()
     for name in names:
         args, ports = HALVES[name]
@@ -65,7 +74,7 @@ def main(argv: list[str]) -> int:
                    *args, *extra]
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True, errors="replace")
-        pump = threading.Thread(target=_pump, args=(name, process.stdout, lock), daemon=True)
+        pump = threading.Thread(target=_pump, args=(name, process.stdout, lock, outcomes), daemon=True)
         pump.start()
         running.append((name, process, pump))
     status = 0
@@ -79,8 +88,9 @@ def main(argv: list[str]) -> int:
                     continue
                 pump.join()
                 waiting.remove(entry)
+                summaries[name] = f"[{name}] exit status {code} after {time.monotonic() - started:.0f}s"
                 with lock:
-                    print(f"[{name}] exit status {code} after {time.monotonic() - started:.0f}s", flush=True)
+                    print(summaries[name], flush=True)
                 status = status or code
             time.sleep(0.5)  # polling two child processes' exit
     except KeyboardInterrupt:
@@ -89,6 +99,9 @@ def main(argv: list[str]) -> int:
         for _name, process, _pump_thread in running:
             process.wait()
         return 130
+    print("== the suite's outcome ==")
+    sys.stdout.writelines(outcomes)
+    print("\n".join(summaries[name] for name in names), flush=True)
     return status
 
 
