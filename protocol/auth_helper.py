@@ -101,7 +101,7 @@ class AuthHelper:
     def filter(self, resource_type: ResourceType, op: AclOperation, names: Mapping[str, int] | Iterable[str],
                log_if_allowed: bool = True, log_if_denied: bool = True) -> set[str]:
         """The names (of ``names``: name -> reference count, or an iterable) that are allowed."""
-        if not isinstance(names, Mapping):
+        if type(names) is not dict and not isinstance(names, Mapping):  # (the ABC check costs ~0.7 us)
             counts: dict[str, int] = {}
             for n in names:
                 counts[n] = counts.get(n, 0) + 1

@@ -223,6 +223,8 @@ class ConnectionCore:
         self.pending: deque[Slot] = deque()
         self._queued: list[memoryview] = []
         self._enforce_state: dict = {}  # per-connection state of API enforcements (Fetch sessions)
+        #: the connection's request context, copied for each request (:meth:`_auth_helper`)
+        self._context: AuthorizableRequestContext | None = None
         self._no_authorizer = AuthHelper(None, None, self._enforce_state, self.gw.topic_ids,
                                          self.gw.enforcement_state, self.gw.change_log)
         self._routes: dict[int, object] = {}  # dispatch's per-(api, version) lookups ...
@@ -598,10 +600,13 @@ class ConnectionCore:
         authorizer = self.gw.authorizer
         if authorizer is None and not local:
             return self._no_authorizer
-        context = AuthorizableRequestContext(
-            self.listener_name, self.listener.security_protocol, self.principal, self.client_address,
-            header.api_key, header.api_version, header.client_id, header.correlation_id,
-        )
+        base = self._context
+        if base is None or base.principal is not self.principal:  # (authentication sets the principal)
+            base = self._context = AuthorizableRequestContext(
+                self.listener_name, self.listener.security_protocol, self.principal, self.client_address,
+                header.api_key, header.api_version, header.client_id, header.correlation_id,
+            )
+        context = base.for_request(header.api_key, header.api_version, header.client_id, header.correlation_id)
         return AuthHelper(authorizer, context, self._enforce_state, self.gw.topic_ids, self.gw.enforcement_state,
                           self.gw.change_log)
 

@@ -6,6 +6,7 @@ Authorizer.authorizeByResourceType (KIP-679), the kafka.authorizer.logger audit 
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import uuid
@@ -157,6 +158,22 @@ def test_jvm_host_address_formats():
     assert jvm_host_address(ipaddress.ip_address("2001:db8::ff")) == "2001:db8:0:0:0:0:0:ff"
     assert jvm_host_address(ipaddress.ip_address("::ffff:10.0.0.1")) == "10.0.0.1"
     assert jvm_host_address(ipaddress.ip_address("fe80::1%eth0")) == "fe80:0:0:0:0:0:0:1%eth0"
+
+
+def test_a_context_copied_for_another_request_has_every_field_of_one_built_for_it():
+    """``for_request`` sets the slots one by one: a field added to the context and not copied
+    would be missing (or stale) in every authorized request's context."""
+    principal = KafkaPrincipal("User", "copy")
+    base = AuthorizableRequestContext("L", "SASL_SSL", principal, ipaddress.ip_address("2001:db8::7"), 3, 12,
+                                      "first", 1)
+    copy = base.for_request(0, 9, "second", 2)
+    built = AuthorizableRequestContext("L", "SASL_SSL", principal, ipaddress.ip_address("2001:db8::7"), 0, 9,
+                                       "second", 2)
+    names = [f.name for f in dataclasses.fields(AuthorizableRequestContext)]
+    assert [getattr(copy, n) for n in names] == [getattr(built, n) for n in names]
+    assert copy.host_address == "2001:db8:0:0:0:0:0:7"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.correlation_id = 3
 
 
 def test_resource_type_must_match():

@@ -11,6 +11,8 @@ from types import SimpleNamespace
 import pytest
 from kio.static.primitive import i16, i32
 
+from authz.authorizer import AuthorizableRequestContext
+from authz.principal import KafkaPrincipal
 from configs.yaml_reader import parse_config
 from gateway.connection.core import (
     CloseConnection, ConnectionCore, NeedLocalAnswer, NeedSpace, NeedUpstream, NeedVersions, NeedWorker,
@@ -133,6 +135,36 @@ def test_a_denied_produce_is_answered_by_the_core_and_never_forwarded():
     out: list = []
     assert core.dispatch(_produce("secret", 4), out) is True
     assert out == [] and struct.unpack_from(">i", core.pending[0].data, 4)[0] == 4
+
+
+def test_each_request_is_authorized_with_the_principal_the_connection_has_now_and_its_own_ids():
+    """The request context is copied from one kept per connection: a principal set after it was
+    built (authentication, re-authentication) must be the one authorized, and every copy carries
+    its own request's key, version, client id and correlation id (the audit names them)."""
+    gw = _gateway(authorizer={"super.users": "User:ctx-admin"})
+    gw.authorizer.complete_initial_load()
+    _learn_versions(gw)
+    seen = []
+    real = gw.authorizer.authorize
+    gw.authorizer.authorize = lambda context, actions: seen.append(context) or real(context, actions)
+    core = _core(gw)
+    out: list = []
+
+    def produce(correlation_id: int) -> memoryview:  # each with a client id of its own
+        frame = bytes(_produce("ctx-topic", correlation_id))
+        return memoryview(frame.replace(b"\x00\x03kgw", b"\x00\x03c%d" % correlation_id, 1))
+
+    assert core.dispatch(produce(11), out) is True  # ANONYMOUS: denied, answered here
+    core.principal = KafkaPrincipal("User", "ctx-admin")
+    assert core.dispatch(produce(12), out) is False  # a super user now: forwarded
+    core.principal = KafkaPrincipal("User", "ctx-other")
+    assert core.dispatch(produce(13), out) is True
+    assert core.dispatch(produce(14), out) is True  # the same principal again: the kept context copied
+    assert [(c.principal.name, c.correlation_id, c.request_type, c.request_version, c.client_id, c.host_address)
+            for c in seen] == [("ANONYMOUS", 11, 0, 8, "c11", "127.0.0.1"), ("ctx-admin", 12, 0, 8, "c12", "127.0.0.1"),
+                               ("ctx-other", 13, 0, 8, "c13", "127.0.0.1"), ("ctx-other", 14, 0, 8, "c14", "127.0.0.1")]
+    assert seen[1] == AuthorizableRequestContext("T", "PLAINTEXT", KafkaPrincipal("User", "ctx-admin"),
+                                                 core.client_address, 0, 8, "c12", 12)
 
 
 def test_an_api_kgw_answers_itself_is_awaited_then_queued():
