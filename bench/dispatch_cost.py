@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""What kgw's connection core costs per small request, in process, with no I/O.
+
+    .venv/bin/python bench/dispatch_cost.py                       # this tree
+    .venv/bin/python bench/dispatch_cost.py --against HEAD~1      # interleaved with a commit's code
+
+Builds two gateways from configs (no listener, no upstream: the upstream's API versions are
+set as if learned) and a client connection's ``ConnectionCore`` on each, and drives them with
+one-record Produce requests (``--version``, 9 by default: flexible, as librdkafka sends them)
+and their responses, as the data plane does: ``dispatch`` then ``complete_responses``.  One
+gateway has no authorizer (``plain``), the other the StandardAuthorizer with ``--acls`` of
+bench_common's ACLs (``authz``: ``User:ANONYMOUS`` let through by a PREFIXED ``bench-`` WRITE,
+its decisions counted in the gateway's metrics as at run time).  The two take turns of 250
+requests (distinct frames, as from a socket), ``--requests`` timed per side after as many to
+warm up, and the median per request is kept.  This VM's speed drifts by up to a factor of two
+within seconds, so each round also gives ``authz/plain``: the plain path is the same code on
+both sides of an A/B unless the change touched it, and the round with the lowest ratio is
+printed as the best.  With ``--against``, each round runs in a child process, once with the
+commit's code (a temporary git worktree) and once with this tree's, alternating in order.
+
+In process, nothing competes for the caches; a live request costs several times these figures
+(bench/data_plane_steps.py, bench/regress.py).  Read them against each other, same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def measure(version: int, acls: int, requests: int) -> dict[str, float]:
+    """One round in this process, from the code found on sys.path: µs per request (medians) with
+    no authorizer (``plain_``) and with the StandardAuthorizer (``authz_``), the two cores driven
+    in turns of 250 requests (this VM's speed drifts by a factor of two within seconds: the
+    ratio of the two is what a round compares best)."""
+    from datetime import timedelta
+
+    from kio.schema.errors import ErrorCode
+    from kio.static.primitive import i16, i32, i64
+
+    import bench_common as bg
+    from configs.yaml_reader import parse_config
+    from gateway.connection.core import ConnectionCore
+    from gateway.process.server import Gateway
+    from gateway.upstream.cluster import encode_request
+    from protocol.apis.api_versions import VersionRange, advertised_versions
+    from protocol.apis.registry import LOCAL_KEYS, REGISTRY
+    from protocol.codecs import encode, make, nested, request_class, response_class
+    from protocol.framing import FrameDecoder
+    from tests.support.kio_samples import record_batch
+
+    def core(with_acls: int) -> ConnectionCore:
+        raw: dict = {"listeners": [{"name": "B", "host": "127.0.0.1", "port": 0, "broker_port_base": 21000}],
+                     "upstream": {"bootstrap_servers": ["127.0.0.1:1"]}, "admin": None,
+                     "metadata": {"path": "/nonexistent-kgw-dispatch-cost"}}
+        if with_acls:
+            raw["authorizer"] = {"class_name": "authz.standard_authorizer:StandardAuthorizer", "config": {}}
+        gw = Gateway(parse_config(raw))
+        if with_acls:
+            gw.authorizer.load_snapshot({uuid.uuid4(): b for b in bg.bench_acls(with_acls)})
+            gw.authorizer.complete_initial_load()
+            gw.authorizer.monitor(gw.metrics.registry)  # as the gateway does at start: decisions counted
+        gw.cluster.versions = {key: VersionRange(0, 16) for key in REGISTRY}
+        gw.cluster.versions[0] = VersionRange(3, 12)
+        gw._advertised = advertised_versions(gw.cluster.versions, LOCAL_KEYS, REGISTRY, gw.authorizer is not None)
+        gw._advertised_for = gw.cluster.versions
+        c = ConnectionCore(gw.listeners[0], None, ("127.0.0.1", 40000), None)
+        c.auth = type("Auth", (), {"session": None, "principal": None})()
+        c._upstream = object()  # open: forwarded requests go to the list given to dispatch
+        return c
+
+    req_cls = request_class(0, version)
+    topic_cls = nested(req_cls, "topic_data")
+    part_cls = nested(topic_cls, "partition_data")
+    resp_cls = response_class(0, version)
+    rtopic_cls = nested(resp_cls, "responses")
+    rpart_cls = nested(rtopic_cls, "partition_responses")
+    request = make(req_cls, transactional_id=None, acks=i16(1), timeout=timedelta(seconds=30), topic_data=(
+        make(topic_cls, name="bench-dispatch", partition_data=(
+            make(part_cls, index=i32(0), records=record_batch(b"x" * 100)),)),))
+    response = encode(make(resp_cls, throttle_time=timedelta(0), responses=(make(rtopic_cls, name="bench-dispatch",
+        partition_responses=(make(rpart_cls, index=i32(0), error_code=ErrorCode(0), base_offset=i64(7),
+                                  log_append_time=None, log_start_offset=i64(0), record_errors=(),
+                                  error_message=None),)),)))
+    body = (b"\x00" if resp_cls.__flexible__ else b"") + response  # (a v1 response header's tags)
+
+    def frames(first: int, count: int) -> list[tuple[memoryview, bytes]]:
+        return [(memoryview(encode_request(0, version, cid, request)),
+                 (4 + len(body)).to_bytes(4, "big") + cid.to_bytes(4, "big") + body)
+                for cid in range(first, first + count)]
+
+    cores = {"plain": core(0), "authz": core(acls)}
+    times: dict[str, list[int]] = {f"{side}_{step}": [] for side in cores for step in ("dispatch", "complete")}
+    clock = time.perf_counter_ns
+    turn = 250
+    for first in range(1, 2 * requests + 1, turn):  # the first half warms up
+        for side, c in cores.items():
+            for frame, answer in frames(first, turn):
+                out: list = []
+                t0 = clock()
+                if c.dispatch(frame, out) is not False:
+                    raise SystemExit("the request was not forwarded: the bench's ACLs no longer let it through")
+                t1 = clock()
+                decoder = FrameDecoder(1 << 20, trusted=True)
+                decoder.receive_data(answer)
+                t2 = clock()
+                c.complete_responses(decoder)
+                t3 = clock()
+                c.pending.popleft()
+                if first > requests:
+                    times[f"{side}_dispatch"].append(t1 - t0)
+                    times[f"{side}_complete"].append(t3 - t2)
+    return {key: statistics.median(values) / 1000 for key, values in times.items()}
+
+
+def _child(code: Path, version: int, acls: int, requests: int) -> dict[str, float]:
+    """The same round with ``code`` first on sys.path, in a child process."""
+    done = subprocess.run([sys.executable, str(HERE / "dispatch_cost.py"), "--child", str(code), "--version",
+                           str(version), "--acls", str(acls), "--requests", str(requests)],
+                          capture_output=True, text=True, timeout=600, cwd=code)
+    if done.returncode != 0:
+        raise SystemExit(f"the round with {code}'s code failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _line(r: dict[str, float]) -> str:
+    return (f"dispatch {r['plain_dispatch']:.2f} / {r['authz_dispatch']:.2f} us (authz/plain "
+            f"{r['authz_over_plain']:.2f}), complete {r['plain_complete']:.2f} / {r['authz_complete']:.2f} us")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--against", metavar="COMMIT", help="also measure this commit's code, interleaved")
+    ap.add_argument("--version", type=int, default=9, help="Produce request version (3-12; default 9)")
+    ap.add_argument("--acls", type=int, default=1000, help="ACLs on the authorized side (default 1000)")
+    ap.add_argument("--requests", type=int, default=5000, help="timed requests per side and round")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--child", metavar="CODE", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        sys.path[:0] = [args.child, str(HERE)]
+        print(json.dumps(measure(args.version, args.acls, args.requests)))
+        return 0
+
+    repo = HERE.parent
+    codes = {"work": repo}
+    with tempfile.TemporaryDirectory(prefix="kgw-dispatch-cost-") as tmp:
+        if args.against:
+            tree = Path(tmp) / "base"
+            subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-q", str(tree), args.against],
+                           check=True)
+            codes = {"base": tree, "work": repo}
+        try:
+            best: dict[str, dict[str, float]] = {}
+            load = " ".join(open("/proc/loadavg").read().split()[:3])
+            print(f"Produce v{args.version}, {args.requests} requests per side and round, {args.rounds} rounds; "
+                  f"load {load}")
+            for i in range(args.rounds):
+                for name in (list(codes) if i % 2 == 0 else list(reversed(codes))):
+                    r = _child(codes[name], args.version, args.acls, args.requests)
+                    r["authz_over_plain"] = r["authz_dispatch"] / r["plain_dispatch"]
+                    if name not in best or r["authz_over_plain"] < best[name]["authz_over_plain"]:
+                        best[name] = r
+                    print(f"  round {i + 1} {name:4}: " + _line(r), flush=True)
+            print("best round (lowest authz/plain dispatch):")
+            for name, r in best.items():
+                print(f"  {name:4}: " + _line(r))
+        finally:
+            if args.against:
+                subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(Path(tmp) / "base")],
+                               check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
