@@ -41,7 +41,10 @@ class _PerThread:
     threads do not make the list grow.
     """
 
-    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], width: int) -> None:
+    _child: type[_Child]
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], width: int,
+                 registry: CollectorRegistry) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = labelnames
@@ -52,20 +55,20 @@ class _PerThread:
         self._ended: dict[tuple[str, ...], list[float]] = {}
         #: every label set a child was made for: exposed (at 0) before its first increment
         self._known: dict[tuple[str, ...], None] = {}
+        registry.register(self)
 
-    def _table(self) -> dict[tuple[str, ...], list[float]]:
-        try:
-            return self._local.table
-        except AttributeError:
-            table: dict[tuple[str, ...], list[float]] = {}
-            with self._lock:
-                self._tables.append((threading.current_thread(), table))
-            self._local.table = table
-            return table
+    def labels(self, *values: str) -> Any:
+        self._known[values] = None
+        return self._child(self, values)
 
     def _new_row(self, key: tuple[str, ...]) -> list[float]:
-        """This thread's row for ``key``, made (the children's fast path finds it themselves)."""
-        table = self._table()
+        """This thread's row for ``key``, made (the children find it themselves after that)."""
+        try:
+            table = self._local.table
+        except AttributeError:
+            table = self._local.table = {}
+            with self._lock:
+                self._tables.append((threading.current_thread(), table))
         row = table.get(key)
         if row is None:
             row = table[key] = [0] * self._width
@@ -101,16 +104,49 @@ def _add_rows(into: dict[tuple[str, ...], list[float]], table: dict[tuple[str, .
                 total[i] += value
 
 
+class _Child:
+    """One label set's handle: finds this thread's row."""
+
+    __slots__ = ("_family", "_key")
+
+    def __init__(self, family: _PerThread, key: tuple[str, ...]) -> None:
+        self._family = family
+        self._key = key
+
+    def _row(self) -> list[float]:
+        try:
+            return self._family._local.table[self._key]
+        except (AttributeError, KeyError):  # this thread's first time (for this key)
+            return self._family._new_row(self._key)
+
+
+class _CounterChild(_Child):
+    __slots__ = ()
+
+    def inc(self, amount: float = 1) -> None:
+        self._row()[0] += amount
+
+
+class _HistogramChild(_Child):
+    __slots__ = ("_bounds",)
+
+    def __init__(self, family: PerThreadHistogram, key: tuple[str, ...]) -> None:
+        super().__init__(family, key)
+        self._bounds = family.bounds
+
+    def observe(self, amount: float) -> None:
+        row = self._row()
+        row[bisect_left(self._bounds, amount)] += 1
+        row[-1] += amount
+
+
 class PerThreadCounter(_PerThread):
     """A labelled counter (``<name>_total``) whose children's ``inc`` takes no lock."""
 
-    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], registry: CollectorRegistry) -> None:
-        super().__init__(name, documentation, labelnames, 1)
-        registry.register(self)
+    _child = _CounterChild
 
-    def labels(self, *values: str) -> "_CounterChild":
-        self._known[values] = None
-        return _CounterChild(self, values)
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], registry: CollectorRegistry) -> None:
+        super().__init__(name, documentation, labelnames, 1, registry)
 
     def _family(self) -> CounterMetricFamily:
         return CounterMetricFamily(self.name, self.documentation, labels=list(self.labelnames))
@@ -122,35 +158,17 @@ class PerThreadCounter(_PerThread):
         yield family
 
 
-class _CounterChild:
-    __slots__ = ("_family", "_key")
-
-    def __init__(self, family: PerThreadCounter, key: tuple[str, ...]) -> None:
-        self._family = family
-        self._key = key
-
-    def inc(self, amount: float = 1) -> None:
-        try:
-            row = self._family._local.table[self._key]
-        except (AttributeError, KeyError):  # this thread's first time (for this key)
-            row = self._family._new_row(self._key)
-        row[0] += amount
-
-
 class PerThreadHistogram(_PerThread):
     """A labelled histogram whose children's ``observe`` takes no lock: per label set, a count
     per bucket (the first bound at or above the value, as prometheus_client's) and the sum."""
 
+    _child = _HistogramChild
+
     def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], buckets: tuple[float, ...],
                  registry: CollectorRegistry) -> None:
         self.bounds = tuple(float(b) for b in buckets)
-        super().__init__(name, documentation, labelnames, len(self.bounds) + 2)  # buckets, +Inf, sum
         self._les = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
-        registry.register(self)
-
-    def labels(self, *values: str) -> "_HistogramChild":
-        self._known[values] = None
-        return _HistogramChild(self, values)
+        super().__init__(name, documentation, labelnames, len(self.bounds) + 2, registry)  # buckets, +Inf, sum
 
     def _family(self) -> HistogramMetricFamily:
         return HistogramMetricFamily(self.name, self.documentation, labels=list(self.labelnames))
@@ -164,23 +182,6 @@ class PerThreadHistogram(_PerThread):
                 buckets.append((le, cumulative))
             family.add_metric(list(key), buckets, row[-1])
         yield family
-
-
-class _HistogramChild:
-    __slots__ = ("_family", "_key", "_bounds")
-
-    def __init__(self, family: PerThreadHistogram, key: tuple[str, ...]) -> None:
-        self._family = family
-        self._key = key
-        self._bounds = family.bounds
-
-    def observe(self, amount: float) -> None:
-        try:
-            row = self._family._local.table[self._key]
-        except (AttributeError, KeyError):  # this thread's first time (for this key)
-            row = self._family._new_row(self._key)
-        row[bisect_left(self._bounds, amount)] += 1
-        row[-1] += amount
 
 
 class GatewayMetrics:
