@@ -38,6 +38,24 @@ class BenchError(RuntimeError):
     pass
 
 
+# --------------------------------------------------------------------------- A/B helpers
+@contextlib.contextmanager
+def worktree(commit: str, where: Path):
+    """``commit`` checked out, detached, at ``where / "base"`` for the block (the code an A/B
+    compares the working tree with); the worktree is removed after it."""
+    tree = where / "base"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(tree), commit], check=True)
+    try:
+        yield tree
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
+
+
+def load_text() -> str:
+    """The machine's load averages (1, 5, 15 minutes), as the benches print them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 # --------------------------------------------------------------------------- processes
 # Brokers and gateways are started by the tests' support module (tests/support/cluster.py), the
 # one place that knows how: the benches only say what they want.

@@ -25,6 +25,7 @@ In process, nothing competes for the caches; a live request costs several times 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -58,6 +59,8 @@ def measure(version: int, acls: int, requests: int) -> dict[str, float]:
     from protocol.framing import FrameDecoder
     from tests.support.kio_samples import record_batch
 
+    # (the unit tests' offline core, tests/unit/gateway/test_connection_core.py, built here again:
+    # with --against this runs an older commit's code, whose tests may not have what this needs)
     def core(with_acls: int) -> ConnectionCore:
         raw: dict = {"listeners": [{"name": "B", "host": "127.0.0.1", "port": 0, "broker_port_base": 21000}],
                      "upstream": {"bootstrap_servers": ["127.0.0.1:1"]}, "admin": None,
@@ -151,33 +154,25 @@ def main() -> int:
         print(json.dumps(measure(args.version, args.acls, args.requests)))
         return 0
 
-    repo = HERE.parent
-    codes = {"work": repo}
-    with tempfile.TemporaryDirectory(prefix="kgw-dispatch-cost-") as tmp:
-        if args.against:
-            tree = Path(tmp) / "base"
-            subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-q", str(tree), args.against],
-                           check=True)
-            codes = {"base": tree, "work": repo}
-        try:
-            best: dict[str, dict[str, float]] = {}
-            load = " ".join(open("/proc/loadavg").read().split()[:3])
-            print(f"Produce v{args.version}, {args.requests} requests per side and round, {args.rounds} rounds; "
-                  f"load {load}")
-            for i in range(args.rounds):
-                for name in (list(codes) if i % 2 == 0 else list(reversed(codes))):
-                    r = _child(codes[name], args.version, args.acls, args.requests)
-                    r["authz_over_plain"] = r["authz_dispatch"] / r["plain_dispatch"]
-                    if name not in best or r["authz_over_plain"] < best[name]["authz_over_plain"]:
-                        best[name] = r
-                    print(f"  round {i + 1} {name:4}: " + _line(r), flush=True)
-            print("best round (lowest authz/plain dispatch):")
-            for name, r in best.items():
-                print(f"  {name:4}: " + _line(r))
-        finally:
-            if args.against:
-                subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(Path(tmp) / "base")],
-                               check=False)
+    sys.path.insert(0, str(HERE))
+    from bench_common import REPO, load_text, worktree
+
+    with tempfile.TemporaryDirectory(prefix="kgw-dispatch-cost-") as tmp, \
+            (worktree(args.against, Path(tmp)) if args.against else contextlib.nullcontext()) as tree:
+        codes = {"base": tree, "work": REPO} if tree is not None else {"work": REPO}
+        best: dict[str, dict[str, float]] = {}
+        print(f"Produce v{args.version}, {args.requests} requests per side and round, {args.rounds} rounds; "
+              f"load {load_text()}")
+        for i in range(args.rounds):
+            for name in (list(codes) if i % 2 == 0 else list(reversed(codes))):
+                r = _child(codes[name], args.version, args.acls, args.requests)
+                r["authz_over_plain"] = r["authz_dispatch"] / r["plain_dispatch"]
+                if name not in best or r["authz_over_plain"] < best[name]["authz_over_plain"]:
+                    best[name] = r
+                print(f"  round {i + 1} {name:4}: " + _line(r), flush=True)
+        print("best round (lowest authz/plain dispatch):")
+        for name, r in best.items():
+            print(f"  {name:4}: " + _line(r))
     return 0
 
 

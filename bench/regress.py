@@ -39,15 +39,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import (REPO, BenchError, consume_throughput, cpu_seconds, create_topics, produce_latency_interleaved,  # noqa: E402
-                          produce_throughput, scratch, seed_acls, start_tansu)
+from bench_common import (REPO, BenchError, consume_throughput, cpu_seconds, create_topics, load_text,  # noqa: E402
+                          produce_latency_interleaved, produce_throughput, scratch, seed_acls, start_tansu, worktree)
 from tests.support.cluster import base_gateway_config, deep_merge, launch_gateway  # noqa: E402
-
-
-def _worktree(commit: str, where: Path) -> Path:
-    tree = where / "base"
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(tree), commit], check=True)
-    return tree
 
 
 def _gateway(name: str, tansu_port: int, work: Path, code: Path | None, acls: int):
@@ -58,11 +52,6 @@ def _gateway(name: str, tansu_port: int, work: Path, code: Path | None, acls: in
         extra["authorizer"] = {"class_name": "authz.standard_authorizer:StandardAuthorizer"}
     config = deep_merge(base_gateway_config(f"127.0.0.1:{tansu_port}", meta), extra)
     return launch_gateway(name, config, work, code=code)
-
-
-def _load() -> str:
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
 
 
 def main() -> int:
@@ -86,58 +75,59 @@ def main() -> int:
     dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True,
                                 text=True).stdout.strip())
     print(f"base = {commit}, work = {head}{' + uncommitted changes' if dirty else ''}; "
-          f"{'no authorizer' if not acls else f'StandardAuthorizer, {acls} ACLs'}; load {_load()}; "
+          f"{'no authorizer' if not acls else f'StandardAuthorizer, {acls} ACLs'}; load {load_text()}; "
           f"{platform.processor() or platform.machine()}, Python {platform.python_version()}", flush=True)
     with scratch("kgw-regress-") as (work, procs):  # stops what is in procs, removes work
-        tree = _worktree(args.against, work)
-        try:
-            tansu, port = start_tansu(work)
-            procs.append(tansu)
-            sides = {"base": _gateway("base", port, work, tree, acls), "work": _gateway("work", port, work, None, acls)}
-            # one topic both sides consume, written once straight to the broker: the broker serves
-            # the same data to both (per-side topics let the broker's own state differ between them)
-            shared = f"bench-regress-consume-{time.monotonic_ns()}"
-            create_topics(f"127.0.0.1:{port}", [shared])
-            produce_throughput(f"127.0.0.1:{port}", shared, args.records, "1", 5)
-            procs += [g.process for g in sides.values()]
-            rounds = []
-            for r in range(args.rounds):
-                order = list(sides) if r % 2 == 0 else list(reversed(sides))
-                figures: dict[str, dict] = {s: {} for s in sides}
-                for side in order:
-                    gw = sides[side]
-                    if "produce" in only:
-                        topic = f"bench-regress-{side}-{r}-{time.monotonic_ns()}"
-                        create_topics(gw.bootstrap, [topic])
-                        cpu = cpu_seconds(gw.process.pid)
-                        produced = produce_throughput(gw.bootstrap, topic, args.records, "1", 5)
-                        figures[side]["produce_mb_s"] = produced["mb_s"]
-                        figures[side]["produce_cpu_s"] = cpu_seconds(gw.process.pid) - cpu
-                    if "consume" in only:
-                        cpu = cpu_seconds(gw.process.pid)
-                        consumed = consume_throughput(gw.bootstrap, shared, args.records, 120)
-                        figures[side]["consume_mb_s"] = consumed["mb_s"]
-                        figures[side]["consume_cpu_s"] = cpu_seconds(gw.process.pid) - cpu
-                if "small" in only:
-                    topic = f"bench-regress-latency-{r}-{time.monotonic_ns()}"
-                    for gw in sides.values():
-                        create_topics(gw.bootstrap, [topic])
-                    cpu = {s: cpu_seconds(g.process.pid) for s, g in sides.items()}
-                    latency = produce_latency_interleaved({s: g.bootstrap for s, g in sides.items()}, topic,
-                                                          args.latency, 100, "1")
-                    for side, gw in sides.items():
-                        figures[side]["small_p50_ms"] = latency[side]["p50_ms"]
-                        figures[side]["small_p99_ms"] = latency[side]["p99_ms"]
-                        figures[side]["small_cpu_us"] = ((cpu_seconds(gw.process.pid) - cpu[side])
-                                                         / (args.latency + 100) * 1e6)
-                rounds.append(figures)
-                print(f"round {r + 1} ({' then '.join(order)}, load {_load()}): " + "; ".join(
-                    f"{k} {figures['base'][k]:.2f} -> {figures['work'][k]:.2f}" for k in figures["base"]), flush=True)
-        finally:
-            for proc in reversed(procs):
-                proc.stop(15)
-            procs.clear()
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
+        with worktree(args.against, work) as tree:  # removed once the gateways below have stopped
+            try:
+                tansu, port = start_tansu(work)
+                procs.append(tansu)
+                sides = {"base": _gateway("base", port, work, tree, acls),
+                         "work": _gateway("work", port, work, None, acls)}
+                # one topic both sides consume, written once straight to the broker: the broker serves
+                # the same data to both (per-side topics let the broker's own state differ between them)
+                shared = f"bench-regress-consume-{time.monotonic_ns()}"
+                create_topics(f"127.0.0.1:{port}", [shared])
+                produce_throughput(f"127.0.0.1:{port}", shared, args.records, "1", 5)
+                procs += [g.process for g in sides.values()]
+                rounds = []
+                for r in range(args.rounds):
+                    order = list(sides) if r % 2 == 0 else list(reversed(sides))
+                    figures: dict[str, dict] = {s: {} for s in sides}
+                    for side in order:
+                        gw = sides[side]
+                        if "produce" in only:
+                            topic = f"bench-regress-{side}-{r}-{time.monotonic_ns()}"
+                            create_topics(gw.bootstrap, [topic])
+                            cpu = cpu_seconds(gw.process.pid)
+                            produced = produce_throughput(gw.bootstrap, topic, args.records, "1", 5)
+                            figures[side]["produce_mb_s"] = produced["mb_s"]
+                            figures[side]["produce_cpu_s"] = cpu_seconds(gw.process.pid) - cpu
+                        if "consume" in only:
+                            cpu = cpu_seconds(gw.process.pid)
+                            consumed = consume_throughput(gw.bootstrap, shared, args.records, 120)
+                            figures[side]["consume_mb_s"] = consumed["mb_s"]
+                            figures[side]["consume_cpu_s"] = cpu_seconds(gw.process.pid) - cpu
+                    if "small" in only:
+                        topic = f"bench-regress-latency-{r}-{time.monotonic_ns()}"
+                        for gw in sides.values():
+                            create_topics(gw.bootstrap, [topic])
+                        cpu = {s: cpu_seconds(g.process.pid) for s, g in sides.items()}
+                        latency = produce_latency_interleaved({s: g.bootstrap for s, g in sides.items()}, topic,
+                                                              args.latency, 100, "1")
+                        for side, gw in sides.items():
+                            figures[side]["small_p50_ms"] = latency[side]["p50_ms"]
+                            figures[side]["small_p99_ms"] = latency[side]["p99_ms"]
+                            figures[side]["small_cpu_us"] = ((cpu_seconds(gw.process.pid) - cpu[side])
+                                                             / (args.latency + 100) * 1e6)
+                    rounds.append(figures)
+                    print(f"round {r + 1} ({' then '.join(order)}, load {load_text()}): " + "; ".join(
+                        f"{k} {figures['base'][k]:.2f} -> {figures['work'][k]:.2f}" for k in figures["base"]),
+                        flush=True)
+            finally:
+                for proc in reversed(procs):
+                    proc.stop(15)
+                procs.clear()
     median = {side: {k: statistics.median(rnd[side][k] for rnd in rounds) for k in rounds[0][side]} for side in ("base", "work")}
     print(f"\nmedian of {len(rounds)} rounds (work / base):")
     for k in median["base"]:
