@@ -176,7 +176,8 @@ class FrameDecoder:
         if avail < 4:
             return NEED_DATA
         (size,) = _LEN.unpack_from(chunk, pos)
-        self._check(size)
+        if size < 0 or size > self.limit:
+            self._check(size)
         end = pos + 4 + size
         if end <= len(chunk):
             self._pos = end

@@ -330,6 +330,11 @@ MUTATIONS = (
     Mutation("client reads: the announced rest of a request read (allocated) at once", "gateway/connection/data_plane.py",
              "min(to_come, _RECV_FRAME)", "to_come",
              ("tests/unit/gateway/test_data_plane_reads.py",)),
+    Mutation("Produce responses: a partition's tagged fields skipped unseen (leader hints missed)",
+             "protocol/apis/produce.py",
+             "                    if frame[off]:  # the partition's tagged fields (current_leader)\n",
+             "                    if False:  # the partition's tagged fields (current_leader)\n",
+             ("tests/unit/protocol/test_hot_path_apis.py",)),
 )
 
 

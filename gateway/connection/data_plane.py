@@ -85,10 +85,10 @@ from typing import Callable
 
 import trio
 
-from gateway.connection.core import CloseConnection, NeedThrottle, next_request
+from gateway.connection.core import CloseConnection, NeedThrottle
 from gateway.connection.lane import Lane
 from gateway.connection.splicing import PipePool, Splicing, splice
-from protocol.framing import NEED_DATA, FrameDecoder
+from protocol.framing import NEED_DATA, FrameDecoder, FrameError
 
 __all__ = ["DataPlane", "Lane", "on_trio_thread"]
 
@@ -431,7 +431,10 @@ class DataPlane:
                 if not budget:
                     self._requeue(lane)  # its next frames wait for the other lanes' turn
                     break
-                frame = next_request(dec)
+                try:  # (next_request, inlined)
+                    frame = dec.next_frame()
+                except FrameError as e:
+                    raise CloseConnection(str(e), "frame") from None
                 if frame is NEED_DATA:
                     lane.backlog = False
                     break
@@ -654,10 +657,12 @@ class DataPlane:
                 umask |= _OUT
         if lane.cout:
             cmask |= _OUT if not lane.paused else 0
-        self._apply(lane.cfd, lane.cmask, cmask)
-        lane.cmask = cmask
-        self._apply(lane.ufd, lane.umask, umask)
-        lane.umask = umask
+        if cmask != lane.cmask:  # (after most events neither mask changes)
+            self._apply(lane.cfd, lane.cmask, cmask)
+            lane.cmask = cmask
+        if umask != lane.umask:
+            self._apply(lane.ufd, lane.umask, umask)
+            lane.umask = umask
 
     def _apply(self, fd: int, old: int, new: int) -> None:
         if old == new:

@@ -1,6 +1,7 @@
 """Produce requests and Fetch responses are walked, not decoded; records stay byte-identical."""
 
 import io
+import re
 import uuid
 from datetime import timedelta
 
@@ -177,3 +178,104 @@ def test_fetch_with_an_empty_node_endpoints_tag_passes_through_without_a_copy():
     assert body[-1] == 0
     body[-1:] = b"\x01\x00\x01\x01"  # one tagged field: tag 0, size 1, empty compact array
     assert FETCH[0].rewrite_response(17, memoryview(bytes(body)), 0, FakeNodes()) is None
+
+
+def _random_produce_response(rng, version: int, endpoints: bool):
+    """A Produce response of a random shape: long names (two-byte lengths), many partitions,
+    record errors, messages, current_leader tags, null arrays and strings."""
+    cls = response_class(0, version)
+    topic_cls = nested(cls, "responses")
+    part_cls = nested(topic_cls, "partition_responses")
+    error_cls, leader_cls = nested(part_cls, "record_errors"), nested(part_cls, "current_leader")
+
+    def partition(p):
+        errors = tuple(make(error_cls, batch_index=i32(b), batch_index_error_message=rng.choice([None, "bad", "x" * 200]))
+                       for b in range(rng.choice([0, 0, 0, 1, 2])))
+        leader = (make(leader_cls, leader_id=i32(2), leader_epoch=i32(7)) if rng.random() < 0.2
+                  else make(leader_cls, leader_id=i32(-1), leader_epoch=i32(-1)))
+        return make(part_cls, index=i32(p), error_code=ErrorCode.none, base_offset=i64(rng.randrange(1 << 40)),
+                    log_append_time=None, log_start_offset=i64(0), record_errors=errors,
+                    error_message=rng.choice([None, None, "moved", "m" * 130]), current_leader=leader)
+
+    def topic(t):
+        parts = tuple(partition(p) for p in range(rng.choice([0, 1, 1, 3, 130])))
+        key = {"topic_id": uuid.UUID(int=rng.getrandbits(128))} if version >= 13 else {
+            "name": rng.choice(["t", f"topic-{t}", "n" * 127, "é" * 70])}
+        return make(topic_cls, partition_responses=parts, **key)
+
+    endpoint = make(nested(cls, "node_endpoints"), node_id=i32(111), host="broker", port=i32(9092), rack=None)
+    return memoryview(encode(make(cls, responses=tuple(topic(t) for t in range(rng.choice([0, 1, 1, 2, 3]))),
+                                  throttle_time=timedelta(milliseconds=rng.choice([0, 5])),
+                                  node_endpoints=(endpoint,) if endpoints else ())))
+
+
+@pytest.mark.parametrize("version", [10, 11, 12, 13])
+def test_produce_response_walk_in_line_agrees_with_the_full_walk(version):
+    """The in-line walk of the usual shape gives the full walk's answer on every shape, and the
+    same CodecError on every truncation of it."""
+    import random
+
+    from protocol.apis.produce import _walk_to_top_level_tags
+
+    rng = random.Random(version)
+    for case in range(60):
+        body = _random_produce_response(rng, version, endpoints=case % 3 == 0)
+        assert has_top_level_tags(version, body, 0) is _walk_to_top_level_tags(version, body, 0) is (case % 3 == 0)
+        damaged = []
+        for _ in range(30):  # a byte changed: zero lengths, two-byte varints, tags where none were
+            raw = bytearray(body)
+            raw[rng.randrange(len(raw))] = rng.choice([0, 1, 0x7F, 0x80, 0xFF, rng.randrange(256)])
+            damaged.append(memoryview(bytes(raw)))
+        for short in [body[:cut] for cut in range(0, len(body), max(1, len(body) // 40))] + damaged:
+            try:
+                expected = _walk_to_top_level_tags(version, short, 0)
+            except CodecError as e:
+                with pytest.raises(CodecError, match=re.escape(str(e))):
+                    has_top_level_tags(version, short, 0)
+            else:
+                assert has_top_level_tags(version, short, 0) is expected
+
+
+@pytest.mark.parametrize("version", [10, 13])
+def test_usual_produce_response_is_walked_in_line(version, monkeypatch):
+    """The answer to an ordinary produce (topics, partitions, no record errors or tags) never
+    needs the full walk: it runs for every Produce response on the request path."""
+    import protocol.apis.produce as produce_api
+
+    def full_walk(*_args):
+        raise AssertionError("the usual response took the full walk")
+
+    cls = response_class(0, version)
+    topic_cls = nested(cls, "responses")
+    part_cls = nested(topic_cls, "partition_responses")
+    leader = make(nested(part_cls, "current_leader"), leader_id=i32(-1), leader_epoch=i32(-1))
+    parts = tuple(make(part_cls, index=i32(p), error_code=ErrorCode.none, base_offset=i64(1 << 33),
+                       log_append_time=None, log_start_offset=i64(0), record_errors=(), error_message=None,
+                       current_leader=leader) for p in range(3))
+    key = {"topic_id": uuid.uuid4()} if version >= 13 else {"name": "orders"}
+    body = memoryview(encode(make(cls, responses=(make(topic_cls, partition_responses=parts, **key),) * 2,
+                                  throttle_time=timedelta(0), node_endpoints=())))
+    monkeypatch.setattr(produce_api, "_walk_to_top_level_tags", full_walk)
+    assert has_top_level_tags(version, body, 0) is False
+    assert PRODUCE[0].rewrite_response(version, body, 0, FakeNodes()) is None
+
+
+@pytest.mark.parametrize("version", [10, 12])
+@pytest.mark.parametrize("with_endpoints", [False, True])
+def test_produce_response_with_a_null_topic_name_is_walked_as_kafka_reads_it(version, with_endpoints):
+    """A null name (one length byte, 0) is one byte in both walks, not none."""
+    from protocol.apis.produce import _walk_to_top_level_tags
+
+    cls = response_class(0, version)
+    topic_cls = nested(cls, "responses")
+    part_cls = nested(topic_cls, "partition_responses")
+    leader = make(nested(part_cls, "current_leader"), leader_id=i32(-1), leader_epoch=i32(-1))
+    part = make(part_cls, index=i32(0), error_code=ErrorCode.none, base_offset=i64(9), log_append_time=None,
+                log_start_offset=i64(0), record_errors=(), error_message=None, current_leader=leader)
+    endpoint = make(nested(cls, "node_endpoints"), node_id=i32(111), host="broker", port=i32(9092), rack=None)
+    body = bytes(encode(make(cls, responses=(make(topic_cls, name="t", partition_responses=(part,)),),
+                             throttle_time=timedelta(0), node_endpoints=(endpoint,) if with_endpoints else ())))
+    assert body[1:3] == b"\x02t"
+    null_name = memoryview(body[:1] + b"\x00" + body[3:])
+    assert _walk_to_top_level_tags(version, null_name, 0) is with_endpoints
+    assert has_top_level_tags(version, null_name, 0) is with_endpoints
