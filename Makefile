@@ -11,6 +11,10 @@ say = @printf '==> %s\n'
 hash = $(shell sha256sum $(1) | cut -c1-12)
 DEMO_STAMP := $(VENV)/.installed-demo-$(call hash,pyproject.toml)
 TEST_STAMP := $(VENV)/.installed-test-$(call hash,pyproject.toml)
+# kgw's one C part (protocol/_native.c, the Produce request walk): pip builds it in place with the
+# install; built again here when its source or setup.py changes (without a compiler kgw runs the
+# Python walk, and the suite's test of the build fails)
+NATIVE_STAMP := $(VENV)/.built-native-$(shell cat setup.py protocol/_native.c | sha256sum | cut -c1-12)
 # Apache Kafka for the compatibility tests (deploy/kafka/pom.xml), resolved with Maven once
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/kafka/pom.xml)
 KAFKA_HOME ?= $(HOME)/.cache/kgw/kafka-$(KAFKA_VERSION)
@@ -48,6 +52,11 @@ $(TEST_STAMP): | $(VENV)/bin/python
 	$(say) "installing kgw with the test, spark and kafka-metadata extras into $(VENV) (pip; a few minutes on a fresh machine)"
 	$(PY) -m pip install -q -e '.[test,spark,kafka-metadata,demo]'
 	touch $@ $(DEMO_STAMP)
+
+$(NATIVE_STAMP): | $(VENV)/bin/python
+	$(say) "building kgw's C part in place (protocol/_native.c: the Produce request walk)"
+	$(PY) setup.py -q build_ext --inplace --force
+	touch $@
 
 define need_maven
 	@command -v java >/dev/null 2>&1 || { echo "make: java not found: install a JDK 17 (Kafka and the Java tests need it)"; exit 2; }
@@ -89,7 +98,7 @@ $(KEYCLOAK_STAMP):
 # docker-compose (without the engine it recommends) checks deploy/compose.yaml; chromium renders
 # the audit report in a test; haproxy is the load balancer sending the PROXY protocol in a test
 DEBS := kcat prometheus docker-compose chromium haproxy
-setup: $(TEST_STAMP) $(KAFKA_STAMP) $(CLIENTS_STAMP) $(SPARK_KAFKA_STAMP) $(KEYCLOAK_STAMP)
+setup: $(TEST_STAMP) $(NATIVE_STAMP) $(KAFKA_STAMP) $(CLIENTS_STAMP) $(SPARK_KAFKA_STAMP) $(KEYCLOAK_STAMP)
 	@test -n "$(KEYCLOAK_JAVA_HOME)" || echo "make setup: no Java 21 or newer under /usr/lib/jvm: Keycloak needs one (set KEYCLOAK_JAVA_HOME)"
 	@for tool in kcat promtool docker-compose chromium haproxy; do command -v $$tool >/dev/null 2>&1 || missing=1; done; \
 	if [ -n "$$missing" ]; then \
@@ -98,7 +107,7 @@ setup: $(TEST_STAMP) $(KAFKA_STAMP) $(CLIENTS_STAMP) $(SPARK_KAFKA_STAMP) $(KEYC
 	  else echo "missing tools: sudo apt-get install $(DEBS)"; fi; fi
 
 # BROKER=kafka: Apache Kafka from the Maven registry (needs java and mvn); tansu needs neither
-demo: $(DEMO_STAMP) $(if $(filter kafka,$(BROKER)),$(KAFKA_STAMP))
+demo: $(DEMO_STAMP) $(NATIVE_STAMP) $(if $(filter kafka,$(BROKER)),$(KAFKA_STAMP))
 	$(say) "starting a local $(or $(BROKER),tansu) broker and kgw in front of it (Ctrl-C stops both)"
 	KGW_KAFKA_LIBS=$(KAFKA_HOME)/libs $(VENV)/bin/kgw demo $(if $(PORT),--port $(PORT)) $(if $(BROKER),--broker $(BROKER))
 

@@ -8,7 +8,8 @@ the repository, runs the unit tests named with it (in that copy, fast ones: no
 broker), and reports CAUGHT (some test failed) or SURVIVED (all passed: a
 feature can break unnoticed).  The repository itself is never modified.  A
 mutation whose text is no longer found is reported STALE: update it with the
-code.  docs/testing.md lists the current survivors.
+code.  docs/testing.md lists the current survivors.  A mutation of C source (the byte path,
+protocol/_native.c) is built into the copy before its tests run, and the original after.
 """
 
 from __future__ import annotations
@@ -335,7 +336,24 @@ MUTATIONS = (
              "                    if frame[off]:  # the partition's tagged fields (current_leader)\n",
              "                    if False:  # the partition's tagged fields (current_leader)\n",
              ("tests/unit/protocol/test_hot_path_apis.py",)),
+    Mutation("Produce walk in C: a small batch's transactional bit unseen (TRANSACTIONAL_ID unchecked)",
+             "protocol/_native.c",
+             "if (size >= 23 && (c->p[rec_start + 22] & TRANSACTIONAL))",
+             "if (size >= 2300 && (c->p[rec_start + 22] & TRANSACTIONAL))",
+             ("tests/unit/protocol/test_native_walk.py",)),
+    Mutation("Produce walk in C: a control batch forwarded as valid", "protocol/_native.c",
+             "    if (attributes & CONTROL)\n        return 0;\n", "",
+             ("tests/unit/protocol/test_native_walk.py",)),
+    Mutation("Produce walk in C: bytes after the last topic accepted", "protocol/_native.c",
+             "    if (!empty_tags(&c, flexible) || c.off != c.n)", "    if (!empty_tags(&c, flexible))",
+             ("tests/unit/protocol/test_native_walk.py",)),
 )
+
+
+def _build_native(copy: Path) -> None:
+    """Build the copy's C extension in place (setup.py), as ``make setup`` builds the repository's."""
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--force"], cwd=copy, check=True,
+                   capture_output=True, timeout=300)
 
 
 def run(mutation: Mutation, copy: Path) -> str:
@@ -350,10 +368,14 @@ def run(mutation: Mutation, copy: Path) -> str:
         mutated = mutated.replace(*mutation.extra)
     target.write_text(mutated)
     try:
+        if mutation.path.endswith(".c"):
+            _build_native(copy)
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *mutation.tests],
                               cwd=copy, capture_output=True, text=True, timeout=600)
     finally:
         target.write_text(original)
+        if mutation.path.endswith(".c"):
+            _build_native(copy)
     took = _SESSION_TIME.findall(done.stdout)  # pytest's own count: collection and tests, not its start-up
     return ("SURVIVED" if done.returncode == 0 else "CAUGHT") + (f" in {took[-1]}s" if took else "")
 

@@ -46,7 +46,7 @@ from protocol.headers import RequestHeader
 from protocol.resources import ResourceKind
 from protocol.wire import WalkError, array_len, i32, skip_bytes, skip_string, skip_tagged, uvarint
 
-__all__ = ["SPECS", "walk_produce_request", "ProduceShape"]
+__all__ = ["SPECS", "walk_produce_request", "walk_produce_request_python", "ProduceShape"]
 
 
 class TopicSpan:
@@ -136,6 +136,17 @@ def check_batch(frame: memoryview, start: int, end: int, version: int) -> tuple[
 
 
 def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceShape:
+    """The Produce request's shape: by the C walk (protocol/_native.c) when it is built and the
+    request has the usual shape it knows, else by :func:`walk_produce_request_python`, the
+    reference, which also names what is malformed."""
+    if _native_walk is not None:
+        shape: ProduceShape | None = _native_walk(frame, header.size, header.flexible, header.api_version)
+        if shape is not None:
+            return shape
+    return walk_produce_request_python(header, frame)
+
+
+def walk_produce_request_python(header: RequestHeader, frame: memoryview) -> ProduceShape:
     flexible = header.flexible
     version = header.api_version
     # One-byte varints (lengths < 127, no tagged fields) are read inline: this runs for every
@@ -244,6 +255,14 @@ def walk_produce_request(header: RequestHeader, frame: memoryview) -> ProduceSha
 
 _ACKS_TIMEOUT = struct.Struct(">hi")
 _I32_AT = struct.Struct(">i").unpack_from
+
+try:  # the same walk in C, built by pip where a compiler is found (setup.py)
+    from protocol import _native
+except ImportError:  # pragma: no cover - a build without a compiler: the reference alone
+    _native_walk = None
+else:
+    _native.bind(TopicSpan, ProduceShape, UUID, check_batch)
+    _native_walk = _native.walk_produce
 
 
 def _inspect(header: RequestHeader, frame: memoryview) -> RequestInfo:
