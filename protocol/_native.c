@@ -356,8 +356,12 @@ static PyObject *walk_produce(PyObject *module, PyObject *const *args, Py_ssize_
     if (version == -1 && PyErr_Occurred())
         return NULL;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
-        return NULL;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {  /* not one contiguous buffer */
+        if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;  /* the reference walks it */
+    }
     PyObject *shape;
     if (off < 0 || off > view.len)
         shape = Py_NewRef(Py_None);

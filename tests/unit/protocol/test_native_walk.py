@@ -136,3 +136,9 @@ def test_usual_requests_take_the_c_walk(version):
         shape = walk_produce_request(header, frame)
         assert shape.transactional is bool(attributes) and not shape.any_invalid
         assert [len(t.partitions) for t in shape.topics] == list(counts)
+
+
+def test_what_is_not_one_contiguous_buffer_is_left_to_the_reference():
+    assert _native.walk_produce(memoryview(bytes(64))[::2], 0, True, 9) is None
+    assert _native.walk_produce(object(), 0, True, 9) is None
+    assert _native.walk_produce(b"\x00" * 8, 9, True, 9) is None  # an offset past the end
