@@ -11,14 +11,15 @@
  * check_batch for its error.  Every read is bounds-checked against the buffer's length.
  *
  * bind(TopicSpan, ProduceShape, UUID, check_batch) gives the module the classes it builds
- * and the function it asks; walk_produce returns None until it has been called.
+ * and the function it asks; walk_produce returns None until it has been called.  A topic id's
+ * UUID is made once and reused (topic_uuid).
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 
-static PyObject *TopicSpan, *ProduceShape, *Uuid, *CheckBatch, *BytesKw;
+static PyObject *TopicSpan, *ProduceShape, *Uuid, *CheckBatch, *BytesKw, *Uuids;
 
 #define BATCH_OVERHEAD 61
 #define TRANSACTIONAL 0x10
@@ -174,6 +175,36 @@ done:
     return result;
 }
 
+/* The uuid.UUID of 16 bytes: made once per topic id and kept (a UUID is immutable), up to
+ * UUIDS_KEPT of them, the table emptied when full.  A new reference; NULL with an error set. */
+#define UUIDS_KEPT 16384
+
+static PyObject *topic_uuid(const unsigned char *raw16)
+{
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)raw16, 16);
+    if (raw == NULL)
+        return NULL;
+    PyObject *known = PyDict_GetItemWithError(Uuids, raw);
+    if (known != NULL) {
+        Py_DECREF(raw);
+        return Py_NewRef(known);
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(raw);
+        return NULL;
+    }
+    PyObject *args[1] = {raw};
+    PyObject *made = PyObject_Vectorcall(Uuid, args, 0, BytesKw);
+    if (made != NULL) {
+        if (PyDict_GET_SIZE(Uuids) >= UUIDS_KEPT)
+            PyDict_Clear(Uuids);
+        if (PyDict_SetItem(Uuids, raw, made) < 0)
+            Py_CLEAR(made);
+    }
+    Py_DECREF(raw);
+    return made;
+}
+
 #define NOT_USUAL 0
 #define FAILED -1
 
@@ -188,13 +219,7 @@ static int walk_topic(Cursor *c, PyObject *frame, int flexible, long version, Py
     if (version >= 13) {
         if (c->off + 16 > c->n)
             goto done;
-        PyObject *raw = PyBytes_FromStringAndSize((const char *)c->p + c->off, 16);
-        if (raw == NULL)
-            goto failed;
-        PyObject *args[1] = {raw};
-        topic_id = PyObject_Vectorcall(Uuid, args, 0, BytesKw);
-        Py_DECREF(raw);
-        if (topic_id == NULL)
+        if ((topic_id = topic_uuid(c->p + c->off)) == NULL)
             goto failed;
         name = Py_NewRef(Py_None);
         c->off += 16;
@@ -384,7 +409,13 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+static PyObject *uuids_kept(PyObject *module, PyObject *unused)
+{
+    return PyLong_FromSsize_t(PyDict_GET_SIZE(Uuids));
+}
+
 static PyMethodDef methods[] = {
+    {"uuids_kept", uuids_kept, METH_NOARGS, "uuids_kept() -> how many topic ids' UUIDs are kept now"},
     {"walk_produce", (PyCFunction)(void (*)(void))walk_produce, METH_FASTCALL,
      "walk_produce(frame, offset, flexible, version) -> ProduceShape | None"},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
@@ -400,6 +431,8 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__native(void)
 {
     if (BytesKw == NULL && (BytesKw = Py_BuildValue("(s)", "bytes")) == NULL)
+        return NULL;
+    if (Uuids == NULL && (Uuids = PyDict_New()) == NULL)
         return NULL;
     return PyModule_Create(&module_def);
 }

@@ -347,6 +347,9 @@ MUTATIONS = (
     Mutation("Produce walk in C: bytes after the last topic accepted", "protocol/_native.c",
              "    if (!empty_tags(&c, flexible) || c.off != c.n)", "    if (!empty_tags(&c, flexible))",
              ("tests/unit/protocol/test_native_walk.py",)),
+    Mutation("Produce walk in C: topic ids' UUIDs kept without bound", "protocol/_native.c",
+             "        if (PyDict_GET_SIZE(Uuids) >= UUIDS_KEPT)", "        if (0)",
+             ("tests/unit/protocol/test_native_walk.py",)),
 )
 
 

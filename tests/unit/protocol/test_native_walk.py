@@ -142,3 +142,23 @@ def test_what_is_not_one_contiguous_buffer_is_left_to_the_reference():
     assert _native.walk_produce(memoryview(bytes(64))[::2], 0, True, 9) is None
     assert _native.walk_produce(object(), 0, True, 9) is None
     assert _native.walk_produce(b"\x00" * 8, 9, True, 9) is None  # an offset past the end
+
+
+def test_topic_ids_kept_by_the_c_walk_are_bounded():
+    """A client naming ever new topic ids makes the C walk keep at most 16,384 of their UUIDs
+    (each is made once and reused: a UUID is immutable)."""
+    cls = request_class(0, 13)
+    topic_cls = nested(cls, "topic_data")
+    part_cls = nested(topic_cls, "partition_data")
+    records = record_batch(b"v")
+    seen = []
+    for batch in range(9):
+        topics = tuple(make(topic_cls, topic_id=uuid.UUID(int=(batch << 32) + t + 1),
+                            partition_data=(make(part_cls, index=i32(0), records=records),)) for t in range(2500))
+        frame = memoryview(encode_request(0, 13, batch, make(cls, transactional_id=None, acks=i16(1),
+                                                             timeout=timedelta(seconds=1), topic_data=topics)))[4:]
+        header = parse_request_header(frame)
+        shape = _native.walk_produce(frame, header.size, header.flexible, 13)
+        assert [t.topic_id.int & 0xFFFFFFFF for t in shape.topics] == list(range(1, 2501))
+        seen.append(_native.uuids_kept())
+    assert max(seen) <= 16384 and any(later < earlier for earlier, later in zip(seen, seen[1:]))  # emptied when full
