@@ -56,6 +56,7 @@ $(TEST_STAMP): | $(VENV)/bin/python
 $(NATIVE_STAMP): | $(VENV)/bin/python
 	$(say) "building kgw's C part in place (protocol/_native.c: the Produce request walk)"
 	$(PY) setup.py -q build_ext --inplace --force
+	rm -f $(VENV)/.built-native-*
 	touch $@
 
 define need_maven
