@@ -42,10 +42,15 @@ class BenchError(RuntimeError):
 @contextlib.contextmanager
 def worktree(commit: str, where: Path):
     """``commit`` checked out, detached, at ``where / "base"`` for the block (the code an A/B
-    compares the working tree with); the worktree is removed after it."""
+    compares the working tree with), its C part built as ``make setup`` builds the working
+    tree's (a commit with a ``setup.py``: else the two sides would not run the same code); the
+    worktree is removed after it."""
     tree = where / "base"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(tree), commit], check=True)
     try:
+        if (tree / "setup.py").exists():
+            subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--force"], cwd=tree,
+                           check=True, capture_output=True, timeout=300)
         yield tree
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
@@ -135,6 +140,44 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         parts = f.read().rsplit(")", 1)[1].split()
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _threads_cpu_ns(pid: int) -> tuple[int, frozenset[str]]:
+    """Nanoseconds on a CPU summed over the process's threads now (each thread's schedstat),
+    and which threads they were."""
+    total, tids = 0, []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):  # the thread ended meanwhile
+            continue
+        tids.append(tid)
+    return total, frozenset(tids)
+
+
+class CpuMeter:
+    """A process's CPU seconds since the meter was made.  /proc's clock ticks (``cpu_seconds``:
+    10 ms each) make a tenth of a second of CPU a figure of ten steps, so the meter sums each
+    thread's own nanoseconds instead, when the same threads ran throughout; if one ended or
+    began meanwhile (its nanoseconds would be lost or half counted), it falls back to the ticks,
+    which keep an ended thread's time."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._ticks = cpu_seconds(pid)
+        self._ns, self._tids = _threads_cpu_ns(pid)
+        #: how the last :meth:`elapsed` was measured: "ns" or "ticks"
+        self.measured_by = ""
+
+    def elapsed(self) -> float:
+        ticks = cpu_seconds(self.pid) - self._ticks
+        ns, tids = _threads_cpu_ns(self.pid)
+        if tids == self._tids:
+            self.measured_by = "ns"
+            return (ns - self._ns) / 1e9
+        self.measured_by = "ticks"
+        return ticks
 
 
 # --------------------------------------------------------------------------- workloads
