@@ -92,6 +92,12 @@ class AuditLevels:
         #: setup): lets the hot path skip ``level_for`` for allowed actions.
         self.allowed_silent = not (trace or debug or sinks)
 
+    @staticmethod
+    def allowed_silent_now(sinks: tuple[AuditSink, ...] = ()) -> bool:
+        """``current(sinks).allowed_silent``, with one level check: TRACE is below DEBUG, so an
+        audit logger that logs no DEBUG logs no TRACE either."""
+        return not sinks and not audit_logger.isEnabledFor(logging.DEBUG)
+
     @classmethod
     def current(cls, sinks: tuple[AuditSink, ...] = ()) -> "AuditLevels":
         is_on = audit_logger.isEnabledFor

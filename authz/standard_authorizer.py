@@ -80,7 +80,7 @@ from .authorizer import (
     HARDCODE_RESOURCE_NAME,
 )
 from .metrics import AuthorizerMetrics
-from .principal import parse_principal
+from .principal import KafkaPrincipal, parse_principal
 from authz.acl_rules import AuthorizerData, decide
 
 _TOPIC = ResourceType.TOPIC
@@ -277,11 +277,16 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
     def authorize(self, context: AuthorizableRequestContext, actions: Iterable[Action]) -> list[AuthorizationResult]:
         data = self._data  # one snapshot for the whole batch
         principal = context.principal
-        principal_key = f"{principal.principal_type}:{principal.name}"
+        if type(principal) is KafkaPrincipal:
+            principal_key = principal.key
+        else:  # a builder's own principal class
+            principal_key = f"{principal.principal_type}:{principal.name}"
         groups = getattr(principal, "group_keys", ())  # a builder's own principal class may lack it
         host = context.host_address
-        levels = AuditLevels.current(self.audit_sinks)
-        allowed_silent = levels.allowed_silent
+        sinks = self.audit_sinks
+        # the levels are sampled when a decision may be logged (one check when none can: the usual call)
+        levels: AuditLevels | None = None
+        allowed_silent = AuditLevels.allowed_silent_now(sinks)
         results: list[AuthorizationResult] = []
         allowed = 0
         logged = 0
@@ -295,6 +300,9 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
                 allowed += 1
                 if allowed_silent:
                     continue
+            if levels is None:
+                levels = AuditLevels.current(sinks)
+            if result is _ALLOWED:
                 level = levels.level_for(True, action)
             else:
                 level = levels.level_for(False, action)
@@ -310,7 +318,7 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
                     suppressed[key] = suppressed.get(key, 0) + 1
                     continue
                 logged += 1
-                log_decision(level, principal_key, result is _ALLOWED, action, context, rule, levels.sinks)
+                log_decision(level, principal_key, result is _ALLOWED, action, context, rule, sinks)
         if suppressed:
             _log_suppressed(principal_key, context, suppressed)
         metrics = self._metrics

@@ -350,6 +350,10 @@ MUTATIONS = (
     Mutation("Produce walk in C: topic ids' UUIDs kept without bound", "protocol/_native.c",
              "        if (PyDict_GET_SIZE(Uuids) >= UUIDS_KEPT)", "        if (0)",
              ("tests/unit/protocol/test_native_walk.py",)),
+    Mutation("audit: allowed decisions kept from the sinks at the default log level", "authz/audit.py",
+             "        return not sinks and not audit_logger.isEnabledFor(logging.DEBUG)",
+             "        return not audit_logger.isEnabledFor(logging.DEBUG)",
+             ("tests/unit/authz/test_standard_authorizer.py",)),
 )
 
 

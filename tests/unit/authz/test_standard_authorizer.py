@@ -694,6 +694,23 @@ def test_only_denials_at_default_info_level(caplog):
     assert [r.levelno for r in audit_records(caplog)] == [logging.INFO]
 
 
+def test_sinks_get_allowed_decisions_whatever_the_log_level(caplog):
+    """An audit sink (the audit topic publisher) gets every audited decision, allowed ones too,
+    while the log at its default INFO level shows only the denial; an action whose allowed
+    decision is not to be logged reaches neither."""
+    caplog.set_level(logging.INFO, logger=AUDIT_LOGGER_NAME)
+    a = make(acl("orders"))
+    published = []
+    a.add_audit_sink(published.append)
+    a.authorize(ctx(), [action("orders"), action("orders", log_if_allowed=False), action("x")])
+    assert [(f["kgw_allowed"], f["kgw_resource"]) for f in published] == [
+        (True, "Topic:LITERAL:orders"), (False, "Topic:LITERAL:x")]
+    assert [r.levelno for r in audit_records(caplog)] == [logging.INFO]
+    published.clear()
+    a.authorize(ctx(), [action("orders")])  # an allowed call alone
+    assert [f["kgw_allowed"] for f in published] == [True]
+
+
 # -- metrics (KIP-877) -----------------------------------------------------------------------------
 
 
