@@ -81,21 +81,19 @@ def api_name(api_key: int) -> str:
 class AuditLevels:
     """Which audit levels are enabled, sampled once per authorize call."""
 
-    __slots__ = ("trace", "debug", "info", "allowed_silent", "sinks")
+    __slots__ = ("trace", "debug", "info", "sinks")
 
     def __init__(self, trace: bool, debug: bool, info: bool, sinks: tuple[AuditSink, ...] = ()) -> None:
         self.trace = trace
         self.debug = debug
         self.info = info
         self.sinks = sinks
-        #: True when no allowed decision can be logged (the default INFO
-        #: setup): lets the hot path skip ``level_for`` for allowed actions.
-        self.allowed_silent = not (trace or debug or sinks)
 
     @staticmethod
     def allowed_silent_now(sinks: tuple[AuditSink, ...] = ()) -> bool:
-        """``current(sinks).allowed_silent``, with one level check: TRACE is below DEBUG, so an
-        audit logger that logs no DEBUG logs no TRACE either."""
+        """True when no allowed decision can be logged now (the default INFO setup, no sink): the
+        hot path then skips the levels for allowed actions.  One level check: TRACE is below
+        DEBUG, so an audit logger that logs no DEBUG logs no TRACE either."""
         return not sinks and not audit_logger.isEnabledFor(logging.DEBUG)
 
     @classmethod

@@ -28,6 +28,7 @@ from tests.support.cluster import base_gateway_config, deep_merge, launch_gatewa
 from tests.support.cluster import start_tansu as support_start_tansu  # noqa: E402
 from tests.support.ports import free_port, free_port_base  # noqa: E402, F401 (used by the other benches)
 from tests.support.processes import ManagedProcess, ProcessError, tail_of_file  # noqa: E402
+from tests.support.native import build_native  # noqa: E402
 
 HOST = "127.0.0.1"
 TANSU_NODE_ID = 111
@@ -48,9 +49,7 @@ def worktree(commit: str, where: Path):
     tree = where / "base"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(tree), commit], check=True)
     try:
-        if (tree / "setup.py").exists():
-            subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--force"], cwd=tree,
-                           check=True, capture_output=True, timeout=300)
+        build_native(tree)
         yield tree
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)

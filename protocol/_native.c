@@ -139,6 +139,17 @@ static int batch_ok(const unsigned char *p, Py_ssize_t start, Py_ssize_t end, lo
     return 1;
 }
 
+/* Append `item`, a new reference (NULL: its making failed), to `list`, and drop it.  0, or -1
+ * with an error set. */
+static int append_new(PyObject *list, PyObject *item)
+{
+    if (item == NULL)
+        return -1;
+    int appended = PyList_Append(list, item);
+    Py_DECREF(item);
+    return appended;
+}
+
 /* (a, b) of two offsets: a new reference, NULL with an error set. */
 static PyObject *pair(Py_ssize_t a, Py_ssize_t b)
 {
@@ -241,12 +252,7 @@ static int walk_topic(Cursor *c, PyObject *frame, int flexible, long version, Py
         Py_ssize_t p_start = c->off;
         if (c->off + 4 > c->n)
             goto done;
-        PyObject *index = PyLong_FromLong(be32(c->p + c->off));
-        if (index == NULL)
-            goto failed;
-        int appended = PyList_Append(partitions, index);
-        Py_DECREF(index);
-        if (appended < 0)
+        if (append_new(partitions, PyLong_FromLong(be32(c->p + c->off))) < 0)
             goto failed;
         c->off += 4;
         long size;
@@ -278,12 +284,7 @@ static int walk_topic(Cursor *c, PyObject *frame, int flexible, long version, Py
         }
         if (!empty_tags(c, flexible))
             goto done;
-        PyObject *span = pair(p_start, c->off);
-        if (span == NULL)
-            goto failed;
-        appended = PyList_Append(spans, span);
-        Py_DECREF(span);
-        if (appended < 0)
+        if (append_new(spans, pair(p_start, c->off)) < 0)
             goto failed;
     }
     Py_ssize_t parts_end = c->off;
@@ -291,12 +292,7 @@ static int walk_topic(Cursor *c, PyObject *frame, int flexible, long version, Py
         goto done;
     Py_ssize_t offsets[4] = {start, c->off, parts_at, parts_end};
     PyObject *args[9] = {name, partitions, NULL, NULL, NULL, NULL, spans, invalid ? invalid : Py_None, topic_id};
-    PyObject *topic = call_with_offsets(TopicSpan, args, 9, 2, offsets, 4);
-    if (topic == NULL)
-        goto failed;
-    int appended = PyList_Append(topics, topic);
-    Py_DECREF(topic);
-    if (appended < 0)
+    if (append_new(topics, call_with_offsets(TopicSpan, args, 9, 2, offsets, 4)) < 0)
         goto failed;
     result = 1;
     goto done;

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests.support.native import build_native  # noqa: E402
 _SESSION_TIME = re.compile(r" in ([0-9.]+)s")
 
 
@@ -333,8 +335,8 @@ MUTATIONS = (
              ("tests/unit/gateway/test_data_plane_reads.py",)),
     Mutation("Produce responses: a partition's tagged fields skipped unseen (leader hints missed)",
              "protocol/apis/produce.py",
-             "                    if frame[off]:  # the partition's tagged fields (current_leader)\n",
-             "                    if False:  # the partition's tagged fields (current_leader)\n",
+             "            if frame[off]:  # the partition's tagged fields (current_leader)\n",
+             "            if False:  # the partition's tagged fields (current_leader)\n",
              ("tests/unit/protocol/test_hot_path_apis.py",)),
     Mutation("Produce walk in C: a small batch's transactional bit unseen (TRANSACTIONAL_ID unchecked)",
              "protocol/_native.c",
@@ -357,12 +359,6 @@ MUTATIONS = (
 )
 
 
-def _build_native(copy: Path) -> None:
-    """Build the copy's C extension in place (setup.py), as ``make setup`` builds the repository's."""
-    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--force"], cwd=copy, check=True,
-                   capture_output=True, timeout=300)
-
-
 def run(mutation: Mutation, copy: Path) -> str:
     target = copy / mutation.path
     original = target.read_text()
@@ -376,13 +372,13 @@ def run(mutation: Mutation, copy: Path) -> str:
     target.write_text(mutated)
     try:
         if mutation.path.endswith(".c"):
-            _build_native(copy)
+            build_native(copy)
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *mutation.tests],
                               cwd=copy, capture_output=True, text=True, timeout=600)
     finally:
         target.write_text(original)
         if mutation.path.endswith(".c"):
-            _build_native(copy)
+            build_native(copy)
     took = _SESSION_TIME.findall(done.stdout)  # pytest's own count: collection and tests, not its start-up
     return ("SURVIVED" if done.returncode == 0 else "CAUGHT") + (f" in {took[-1]}s" if took else "")
 

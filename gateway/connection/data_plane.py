@@ -665,8 +665,7 @@ class DataPlane:
             lane.umask = umask
 
     def _apply(self, fd: int, old: int, new: int) -> None:
-        if old == new:
-            return
+        """Change ``fd``'s registration from mask ``old`` to ``new`` (they differ)."""
         if new == 0:
             self._ep.unregister(fd)
         elif old == 0:

@@ -417,51 +417,48 @@ def has_top_level_tags(version: int, frame: memoryview, off: int) -> bool:
     """Whether a flexible (v9+) Produce response body at ``off`` ends with tagged fields.
 
     Every Produce response on the request path goes through here, so the usual shape is
-    walked in line: one-byte lengths and counts, no record errors, no tagged fields before
-    the end.  Anything else (or a body too short) is walked again by :func:`_walk_to_top_level_tags`,
-    which reads every varint in full and names what is malformed."""
-    start = off
+    walked in line (:func:`_usual_top_level_tags`); anything else is walked by
+    :func:`_walk_to_top_level_tags`, which reads every varint in full and names what is malformed."""
     try:
-        n_topics = frame[off]
+        usual = _usual_top_level_tags(version, frame, off)
+    except IndexError:  # too short: the full walk says where
+        usual = None
+    return _walk_to_top_level_tags(version, frame, off) if usual is None else usual
+
+
+def _usual_top_level_tags(version: int, frame: memoryview, off: int) -> bool | None:
+    """:func:`has_top_level_tags` for the usual shape: one-byte lengths and counts, no record
+    errors, no tagged fields before the end; None for any other."""
+    n_topics = frame[off]
+    if n_topics >= 0x80:
+        return None
+    off += 1
+    for _ in range(n_topics - 1):
+        if version >= 13:
+            off += 16  # topic id
+        else:
+            n = frame[off]  # compact name: n bytes in all (n - 1 after the length), 1 if null
+            if n >= 0x80:
+                return None
+            off += n or 1
+        n_parts = frame[off]
+        if n_parts >= 0x80:
+            return None
         off += 1
-        if n_topics < 0x80:
-            flat = True
-            for _ in range(n_topics - 1):
-                if version >= 13:
-                    off += 16  # topic id
-                else:
-                    n = frame[off]  # compact name: n bytes in all (n - 1 after the length), 1 if null
-                    if n >= 0x80:
-                        flat = False
-                        break
-                    off += n or 1
-                n_parts = frame[off]
-                if n_parts >= 0x80:
-                    flat = False
-                    break
-                off += 1
-                for _ in range(n_parts - 1):
-                    off += 30  # index, error code, base offset, log append time, log start offset
-                    n = frame[off + 1]  # (the byte before: record errors, 1 when there are none)
-                    if frame[off] != 1 or n >= 0x80:
-                        flat = False
-                        break
-                    off += 2 + (n - 1 if n else 0)  # error message
-                    if frame[off]:  # the partition's tagged fields (current_leader)
-                        flat = False
-                        break
-                    off += 1
-                if not flat or frame[off]:  # the topic's tagged fields
-                    flat = False
-                    break
-                off += 1
-            if flat:
-                count = frame[off + 4]  # after the throttle time: the top-level tagged fields
-                if count < 0x80:
-                    return count != 0
-    except IndexError:
-        pass  # too short: the full walk says where
-    return _walk_to_top_level_tags(version, frame, start)
+        for _ in range(n_parts - 1):
+            off += 30  # index, error code, base offset, log append time, log start offset
+            n = frame[off + 1]  # (the byte before: record errors, 1 when there are none)
+            if frame[off] != 1 or n >= 0x80:
+                return None
+            off += 2 + (n - 1 if n else 0)  # error message
+            if frame[off]:  # the partition's tagged fields (current_leader)
+                return None
+            off += 1
+        if frame[off]:  # the topic's tagged fields
+            return None
+        off += 1
+    count = frame[off + 4]  # after the throttle time: the top-level tagged fields
+    return count != 0 if count < 0x80 else None
 
 
 def _walk_to_top_level_tags(version: int, frame: memoryview, off: int) -> bool:
