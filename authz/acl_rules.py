@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
 
 from authz.acl import WILDCARD_HOST, WILDCARD_RESOURCE, AclOperation, PatternType, ResourceType
 from authz.acl_index import AclIndex

@@ -74,6 +74,7 @@ __all__ = [
     "AclBindingDeleteResult",
     "AclDeleteResult",
     "Authorizer",
+    "DecisionMemo",
     "Reconfigurable",
     "Monitorable",
     "AuthorizerNotReadyError",
@@ -391,8 +392,32 @@ class Authorizer(abc.ABC):
                 return AuthorizationResult.ALLOWED
         return AuthorizationResult.DENIED
 
+    def decision_memo(self, context: AuthorizableRequestContext) -> "DecisionMemo | None":
+        """A memo of this authorizer's decisions for the requests of one connection whose
+        context (listener, principal, address) is ``context``'s, or None (the default: every
+        action goes to :meth:`authorize`).  The connection asks for a new one whenever its
+        principal changes."""
+        return None
+
     def close(self) -> None:
         """Release resources.  Default: nothing to do."""
+
+
+class DecisionMemo(abc.ABC):
+    """One connection's memo of single actions it was allowed (an authorizer's, by
+    :meth:`Authorizer.decision_memo`): a producer names the same topic request after request.
+    It answers only where :meth:`Authorizer.authorize` would give the same result and log
+    nothing, and counts the decisions it answers as ``authorize`` counts them."""
+
+    @abc.abstractmethod
+    def allows(self, action: Action) -> bool:
+        """True: ``action`` is allowed now, decided as ``authorize`` would and counted; False:
+        not known here (ask :meth:`decide`)."""
+
+    @abc.abstractmethod
+    def decide(self, context: AuthorizableRequestContext, action: Action) -> bool:
+        """``authorize(context, (action,))`` is ALLOWED, remembered when it may be (``context``:
+        a request of the connection the memo was made for)."""
 
 
 def check_by_resource_type_args(op: AclOperation, resource_type: ResourceType) -> None:

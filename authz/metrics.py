@@ -38,8 +38,8 @@ refused (``log_if_denied``: Kafka's mark of a denial that fails the request or h
 was asked for), not KIP-430 probes or the silent filtering of an unnamed listing.
 
 Cost: instead of several ``Counter.inc()`` calls per action (each takes a lock), the
-authorizer adds a whole batch's tallies to a per-listener ``_Tally`` (cached by listener
-name) and to the rate window under small locks, once per ``authorize`` call.  The registry
+authorizer adds a whole batch's tallies to its listener's counts and to the rate window
+under one lock, once per ``authorize`` call.  The registry
 reads them only when scraped, through this module's custom collector.  The ACL count is read
 from the authorizer's current snapshot at scrape time, so it can never drift from the index.
 """
@@ -71,37 +71,29 @@ SAMPLE_WINDOW_S = 30.0
 NUM_SAMPLES = 2
 
 
-class _Tally:
-    __slots__ = ("allowed", "denied", "lock")
-
-    def __init__(self) -> None:
-        self.allowed = 0
-        self.denied = 0
-        self.lock = threading.Lock()
-
-
 class _RateWindow:
     """Kafka's ``Rate`` over ``SampledStat``: NUM_SAMPLES windows of SAMPLE_WINDOW_S seconds;
     the rate is what the live windows hold, divided by the time they cover (at least
-    (NUM_SAMPLES - 1) windows, so a fresh window does not read as a burst)."""
+    (NUM_SAMPLES - 1) windows, so a fresh window does not read as a burst).  Recorded into by
+    :meth:`AuthorizerMetrics.record` under ``lock``, the metrics' one lock."""
 
-    __slots__ = ("lock", "samples")
+    __slots__ = ("lock", "samples", "last")
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
         #: [window start, allowed, denied], oldest first
         self.samples: list[list[float]] = []
+        #: the newest window (its start is -inf before the first record: a window begins then)
+        self.last: list[float] = [float("-inf"), 0, 0]
 
-    def record(self, now: float, allowed: int, denied: int) -> None:
-        with self.lock:
-            samples = self.samples
-            if not samples or now - samples[-1][0] >= SAMPLE_WINDOW_S:
-                samples.append([now, 0, 0])
-                if len(samples) > NUM_SAMPLES:
-                    del samples[0]
-            last = samples[-1]
-            last[1] += allowed
-            last[2] += denied
+    def begin(self, now: float) -> list[float]:
+        """A new window from ``now`` (the caller holds ``lock``)."""
+        samples = self.samples
+        self.last = last = [now, 0, 0]
+        samples.append(last)
+        if len(samples) > NUM_SAMPLES:
+            del samples[0]
+        return last
 
     def per_minute(self, now: float) -> tuple[float, float]:
         """(allowed, denied) per minute."""
@@ -158,9 +150,11 @@ class AuthorizerMetrics(Collector):
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._acl_count = acl_count
         self._kafka_labels = (class_name, "authorizer.class.name", "broker")
-        self._tallies: dict[str, _Tally] = {}
-        self._tallies_lock = threading.Lock()
-        self._window = _RateWindow()
+        #: one lock for every count below but the bounded ones (one acquisition per call)
+        self._lock = threading.Lock()
+        #: listener -> [allowed, denied]
+        self._tallies: dict[str, list[int]] = {}
+        self._window = _RateWindow(self._lock)
         self._clock = clock
         self._denied_by_principal = _BoundedCounts(principal_labels)
         self._denied_by_topic = _BoundedCounts(topic_labels)
@@ -172,14 +166,20 @@ class AuthorizerMetrics(Collector):
                denied_topics: Collection[str] | None = None) -> None:
         """Add one ``authorize`` call's per-action outcomes for ``listener`` (and, when some
         were denied, the principal they were denied to and the topics a client was refused)."""
-        tally = self._tallies.get(listener)
-        if tally is None:
-            with self._tallies_lock:
-                tally = self._tallies.setdefault(listener, _Tally())
-        with tally.lock:
-            tally.allowed += allowed
-            tally.denied += denied
-        self._window.record(self._clock(), allowed, denied)
+        now = self._clock()
+        window = self._window
+        with self._lock:
+            tally = self._tallies.get(listener)
+            if tally is None:
+                tally = self._tallies[listener] = [0, 0]
+            last = window.last
+            if now - last[0] >= SAMPLE_WINDOW_S:
+                last = window.begin(now)
+            tally[0] += allowed
+            last[1] += allowed
+            if denied:  # (the usual call denies nothing)
+                tally[1] += denied
+                last[2] += denied
         if denied:
             if principal is not None:
                 self._denied_by_principal.add(listener, (principal,), denied)
@@ -222,9 +222,9 @@ class AuthorizerMetrics(Collector):
         request_rate.add_metric(kafka, a_rate + d_rate)
         allowed_rate.add_metric(kafka, a_rate)
         denied_rate.add_metric(kafka, d_rate)
-        for listener, tally in sorted(self._tallies.items()):
-            with tally.lock:
-                a, d = tally.allowed, tally.denied
+        with self._lock:
+            tallies = sorted((listener, tuple(tally)) for listener, tally in self._tallies.items())
+        for listener, (a, d) in tallies:
             requests.add_metric([listener], a + d)
             allowed.add_metric([listener], a)
             denied.add_metric([listener], d)

@@ -62,6 +62,7 @@ from .acl_index import AclIndex
 from .standard_acl import StandardAcl
 from .audit import AuditLevels, AuditSink, api_name, audit_logger, log_decision
 from .authorizer import (
+    DecisionMemo,
     StoreUnavailableError,
     AclBindingDeleteResult,
     AclCreateResult,
@@ -164,6 +165,10 @@ def _parse_java_boolean(value: Any) -> bool:
 #: summarised in one line per (operation, resource type, outcome) with their count, so a
 #: request naming 200k topics cannot write 200k lines
 MAX_AUDITED_ACTIONS_PER_CALL = 100
+
+#: allowed actions one connection's decision memo keeps at most (the names are the client's:
+#: past this it is emptied and fills again)
+MEMO_ACTIONS = 256
 
 
 def _log_suppressed(principal_key: str, context: AuthorizableRequestContext,
@@ -273,6 +278,11 @@ class StandardAuthorizer(Authorizer, Reconfigurable, Monitorable):
     def add_audit_sink(self, sink: AuditSink) -> None:
         """Give ``sink(fields)`` every audited decision (allowed ones too), whatever the log level."""
         self.audit_sinks = (*self.audit_sinks, sink)
+
+    def decision_memo(self, context: AuthorizableRequestContext) -> "StandardDecisionMemo | None":
+        if type(self).authorize is not StandardAuthorizer.authorize:  # a subclass decides its own way
+            return None
+        return StandardDecisionMemo(self, context)
 
     def authorize(self, context: AuthorizableRequestContext, actions: Iterable[Action]) -> list[AuthorizationResult]:
         data = self._data  # one snapshot for the whole batch
@@ -504,3 +514,56 @@ _HARDCODE_PATTERNS: dict[ResourceType, ResourcePattern] = {
 
 def _hardcode_pattern(resource_type: ResourceType) -> ResourcePattern:
     return _HARDCODE_PATTERNS[resource_type]
+
+
+class StandardDecisionMemo(DecisionMemo):
+    """The actions :class:`StandardAuthorizer` allowed one connection's principal (from its one
+    host), kept for the requests that name them again.
+
+    An action is remembered only when it was allowed without a trace: neither the audit logger
+    at DEBUG nor an audit sink took the decision.  A remembered action answers only while that
+    is still so and while the authorizer holds the snapshot it was decided in (its ACLs, super
+    users, ``allow.everyone.if.no.acl.found``, readiness): every change swaps the snapshot, and
+    the memo is emptied when it next remembers.  A decision is remembered with the snapshot
+    current when it began: one decided across a swap never answers.  Denials never are: they are logged and counted by :meth:`StandardAuthorizer.authorize`
+    each time.  What the memo answers is counted in the authorizer's metrics as ``authorize``
+    counts it.  Actions are held by identity (the request layer reuses one ``Action`` per
+    resource, operation and flags), at most :data:`MEMO_ACTIONS`.  One connection uses it from
+    one thread at a time; the snapshot reference it compares is swapped atomically."""
+
+    __slots__ = ("_authorizer", "_listener", "_principal", "_host", "_data", "_allowed")
+
+    def __init__(self, authorizer: StandardAuthorizer, context: AuthorizableRequestContext) -> None:
+        self._authorizer = authorizer
+        self._listener = context.listener_name
+        #: whose decisions these are: a request of another principal or host is decided, not remembered
+        self._principal = context.principal
+        self._host = context.host_address
+        self._data: AuthorizerData | None = None
+        #: id(action) -> action (held: its id cannot be another's while it is here)
+        self._allowed: dict[int, Action] = {}
+
+    def __len__(self) -> int:
+        return len(self._allowed)
+
+    def allows(self, action: Action) -> bool:
+        authorizer = self._authorizer
+        if (self._allowed.get(id(action)) is not action or authorizer._data is not self._data
+                or not AuditLevels.allowed_silent_now(authorizer.audit_sinks)):
+            return False
+        metrics = authorizer._metrics
+        if metrics is not None:
+            metrics.record(self._listener, 1, 0)
+        return True
+
+    def decide(self, context: AuthorizableRequestContext, action: Action) -> bool:
+        authorizer = self._authorizer
+        data = authorizer._data
+        allowed = authorizer.authorize(context, (action,))[0] is _ALLOWED
+        if (allowed and context.principal is self._principal
+                and context.host_address == self._host and AuditLevels.allowed_silent_now(authorizer.audit_sinks)):
+            if self._data is not data or len(self._allowed) >= MEMO_ACTIONS:
+                self._data = data
+                self._allowed = {}
+            self._allowed[id(action)] = action
+        return allowed

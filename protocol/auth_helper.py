@@ -32,7 +32,8 @@ from authz.acl import (
     authorized_operations_bitfield,
 )
 from authz.audit import ChangeLog
-from authz.authorizer import Action, AuthorizableRequestContext, AuthorizationResult, Authorizer
+from authz.authorizer import Action, AuthorizableRequestContext, AuthorizationResult, Authorizer, DecisionMemo
+from protocol.headers import RequestHeader
 from protocol.topic_ids import TopicCache
 
 __all__ = ["AuthHelper"]
@@ -58,18 +59,26 @@ def _action(resource_type: ResourceType, name: str, op: AclOperation, count: int
 
 
 class AuthHelper:
-    __slots__ = ("authorizer", "context", "connection_state", "topics", "gateway_state", "changes")
+    __slots__ = ("authorizer", "_context", "_base", "_header", "memo", "connection_state", "topics",
+                 "gateway_state", "changes")
 
     def __init__(self, authorizer: Authorizer | None, context: AuthorizableRequestContext | None,
                  connection_state: dict[Any, Any] | None = None, topics: TopicCache | None = None,
-                 gateway_state: dict[Any, Any] | None = None, changes: ChangeLog | None = None) -> None:
+                 gateway_state: dict[Any, Any] | None = None, changes: ChangeLog | None = None,
+                 base: AuthorizableRequestContext | None = None, header: RequestHeader | None = None,
+                 memo: DecisionMemo | None = None) -> None:
         self.authorizer = authorizer
         #: where a change of security state this request makes is recorded (None: not recorded,
         #: unit tests of enforcement alone)
         self.changes = changes
-        #: None only without an authorizer on the forwarded path, where nothing reads it
-        #: (``enabled`` is False); a local answer always has one (who made a change)
-        self.context: AuthorizableRequestContext = context  # type: ignore[assignment]
+        #: the request's context, or (``context`` None) the connection's ``base`` and the request's
+        #: ``header`` it is made from when first asked for (:attr:`context`)
+        self._context = context
+        self._base = base
+        self._header = header
+        #: the authorizer's memo of single actions it allowed this connection
+        #: (:meth:`authz.authorizer.Authorizer.decision_memo`), or None: each goes to ``authorize``
+        self.memo = memo
         #: state an API keeps for the client connection (e.g. Fetch sessions); lives as long as it
         self.connection_state = connection_state if connection_state is not None else {}
         #: state an API keeps across connections, for the whole gateway (e.g. the members of a
@@ -83,6 +92,25 @@ class AuthHelper:
     def enabled(self) -> bool:
         return self.authorizer is not None
 
+    @property
+    def context(self) -> AuthorizableRequestContext:
+        """The request's context.  None only without an authorizer on the forwarded path, where
+        nothing reads it (``enabled`` is False); a local answer always has one (who made a change)."""
+        context = self._context
+        if context is None and self._base is not None:
+            h = self._header
+            assert h is not None
+            context = self._context = self._base.for_request(h.api_key, h.api_version, h.client_id,
+                                                             h.correlation_id)
+        return context  # type: ignore[return-value]
+
+    def _allowed_one(self, action: Action) -> bool:
+        """``authorize`` of one action (an authorizer is set): from the memo when it knows it."""
+        memo = self.memo
+        if memo is None:
+            return self.authorizer.authorize(self.context, (action,))[0] is _ALLOWED  # type: ignore[union-attr]
+        return memo.allows(action) or memo.decide(self.context, action)
+
     def record_change(self, operation: str, resource: str, change: str) -> None:
         """A change of security state this request made (:class:`authz.audit.ChangeLog`)."""
         if self.changes is not None:
@@ -92,8 +120,7 @@ class AuthHelper:
                 log_if_allowed: bool = True, log_if_denied: bool = True, ref_count: int = 1) -> bool:
         if self.authorizer is None:
             return True
-        action = _action(resource_type, name, op, ref_count, log_if_allowed, log_if_denied)
-        return self.authorizer.authorize(self.context, (action,))[0] is _ALLOWED
+        return self._allowed_one(_action(resource_type, name, op, ref_count, log_if_allowed, log_if_denied))
 
     def cluster(self, op: AclOperation, log_if_allowed: bool = True, log_if_denied: bool = True) -> bool:
         return self.allowed(ResourceType.CLUSTER, CLUSTER_NAME, op, log_if_allowed, log_if_denied)
@@ -110,8 +137,8 @@ class AuthHelper:
             return set(names)
         if len(names) == 1:  # the usual Produce or Fetch: one topic
             ((name, count),) = names.items()
-            action = _action(resource_type, name, op, count, log_if_allowed, log_if_denied)
-            return {name} if self.authorizer.authorize(self.context, (action,))[0] is _ALLOWED else set()
+            return {name} if self._allowed_one(_action(resource_type, name, op, count, log_if_allowed,
+                                                       log_if_denied)) else set()
         ordered = list(names.items())
         actions = [_action(resource_type, name, op, count, log_if_allowed, log_if_denied) for name, count in ordered]
         results = self.authorizer.authorize(self.context, actions)

@@ -35,7 +35,7 @@ import time
 from collections import deque
 from typing import Any
 
-from authz.authorizer import AuthorizableRequestContext, AuthorizerNotReadyError
+from authz.authorizer import AuthorizableRequestContext, AuthorizerNotReadyError, DecisionMemo
 from authz.principal import ANONYMOUS
 from gateway.logs import fields
 from gateway.auth.sasl import SaslStateError
@@ -223,8 +223,10 @@ class ConnectionCore:
         self.pending: deque[Slot] = deque()
         self._queued: list[memoryview] = []
         self._enforce_state: dict = {}  # per-connection state of API enforcements (Fetch sessions)
-        #: the connection's request context, copied for each request (:meth:`_auth_helper`)
+        #: the connection's request context, copied for each request that needs it (:meth:`_auth_helper`),
+        #: and the authorizer's memo of what it allowed this context (both made again when the principal changes)
         self._context: AuthorizableRequestContext | None = None
+        self._memo: DecisionMemo | None = None
         self._no_authorizer = AuthHelper(None, None, self._enforce_state, self.gw.topic_ids,
                                          self.gw.enforcement_state, self.gw.change_log)
         self._routes: dict[int, object] = {}  # dispatch's per-(api, version) lookups ...
@@ -606,9 +608,10 @@ class ConnectionCore:
                 self.listener_name, self.listener.security_protocol, self.principal, self.client_address,
                 header.api_key, header.api_version, header.client_id, header.correlation_id,
             )
-        context = base.for_request(header.api_key, header.api_version, header.client_id, header.correlation_id)
-        return AuthHelper(authorizer, context, self._enforce_state, self.gw.topic_ids, self.gw.enforcement_state,
-                          self.gw.change_log)
+            self._memo = authorizer.decision_memo(base) if authorizer is not None else None
+        # the request's own context is made from base and header when first asked for
+        return AuthHelper(authorizer, None, self._enforce_state, self.gw.topic_ids, self.gw.enforcement_state,
+                          self.gw.change_log, base, header, self._memo)
 
     def _enforce(self, spec: ApiSpec, auth: AuthHelper, header: RequestHeader, body: memoryview,
                  info: RequestInfo) -> Decision:
@@ -745,7 +748,9 @@ class ConnectionCore:
             self.unsent += len(slot.data)
             return
         off = 8
-        if header.flexible:
+        if header.flexible and frame[8] == 0:
+            off = 9  # no tagged fields in the response header: the usual case
+        elif header.flexible:
             count, off = read_uvarint(frame, off)
             for _ in range(count):
                 _t, off = read_uvarint(frame, off)

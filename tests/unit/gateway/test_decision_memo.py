@@ -1,0 +1,186 @@
+"""The StandardAuthorizer's memo of what one connection was allowed (authz/standard_authorizer.py,
+``StandardDecisionMemo``), from the client's side, through the connection core with the
+production gateway and authorizer: a producer allowed once is refused on its next request as
+soon as the ACL, the super users or the principal that allowed it change; every decision the
+memo answers is counted as the authorizer counts it, and reaches the audit log and sinks as soon
+as they ask for allowed decisions."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import prometheus_client
+import pytest
+
+from authz.acl import (AccessControlEntry, AclBinding, AclOperation, AclPermissionType, PatternType,
+                       ResourcePattern, ResourceType)
+from authz.audit import AUDIT_LOGGER_NAME
+from authz.authorizer import AuthorizableRequestContext
+from authz.principal import KafkaPrincipal
+from authz.standard_authorizer import MEMO_ACTIONS, StandardAuthorizer
+from protocol.auth_helper import _action
+from protocol.codecs import decode_response
+from tests.unit.gateway.test_connection_core import _core, _gateway, _learn_versions, _produce
+
+TOPIC_AUTHORIZATION_FAILED = 29
+
+
+def _write_acl(principal: str, topic: str) -> AclBinding:
+    return AclBinding(ResourcePattern(ResourceType.TOPIC, topic, PatternType.LITERAL),
+                      AccessControlEntry(principal, "*", AclOperation.WRITE, AclPermissionType.ALLOW))
+
+
+def _setup(principal: str, topic: str, **config):
+    """A gateway whose authorizer lets ``principal`` write ``topic`` (and counts decisions), a
+    connection core of that principal, and the id of the ACL; calls to ``authorize`` listed."""
+    gw = _gateway(authorizer=config)
+    acl_id = uuid.uuid4()
+    gw.authorizer.load_snapshot({acl_id: _write_acl(principal, topic)})
+    gw.authorizer.complete_initial_load()
+    registry = prometheus_client.CollectorRegistry()
+    gw.authorizer.monitor(registry)
+    _learn_versions(gw)
+    core = _core(gw)
+    core.principal = KafkaPrincipal(*principal.split(":", 1))
+    calls: list = []
+    real = gw.authorizer.authorize
+    gw.authorizer.authorize = lambda context, actions: calls.append(context) or real(context, actions)
+    return gw, core, acl_id, calls, registry
+
+
+def _answered_error(core) -> int:
+    """The error code kgw answered the last Produce with (v8: one topic, one partition)."""
+    data = core.pending[-1].data
+    response = decode_response(0, 8, memoryview(data), 8)
+    return int(response.responses[0].partition_responses[0].error_code)
+
+
+def test_a_revoked_acl_refuses_the_very_next_produce():
+    gw, core, acl_id, calls, _ = _setup("User:memo-writer", "memo-orders")
+    out: list = []
+    for cid in range(1, 4):
+        assert core.dispatch(_produce("memo-orders", cid), out) is False
+    assert len(calls) == 1  # the memo answered the second and third
+    gw.authorizer.apply_changes({}, [acl_id])
+    assert core.dispatch(_produce("memo-orders", 4), out) is True
+    assert _answered_error(core) == TOPIC_AUTHORIZATION_FAILED and len(out) == 3
+
+
+def test_a_super_user_removed_by_reconfiguration_is_refused_next():
+    gw, core, _, calls, _ = _setup("User:memo-other", "memo-elsewhere", **{"super.users": "User:memo-admin"})
+    core.principal = KafkaPrincipal("User", "memo-admin")
+    out: list = []
+    assert core.dispatch(_produce("memo-audit", 1), out) is False
+    assert core.dispatch(_produce("memo-audit", 2), out) is False
+    gw.authorizer.reconfigure({"super.users": "User:someone-else"})
+    assert core.dispatch(_produce("memo-audit", 3), out) is True
+    assert _answered_error(core) == TOPIC_AUTHORIZATION_FAILED
+
+
+def test_another_principal_on_the_connection_is_decided_afresh():
+    """Re-authentication may change the principal: what the first was allowed is not the second's."""
+    _, core, _, _, _ = _setup("User:memo-first", "memo-shared")
+    out: list = []
+    assert core.dispatch(_produce("memo-shared", 1), out) is False
+    assert core.dispatch(_produce("memo-shared", 2), out) is False
+    core.principal = KafkaPrincipal("User", "memo-second")
+    assert core.dispatch(_produce("memo-shared", 3), out) is True
+    assert _answered_error(core) == TOPIC_AUTHORIZATION_FAILED
+
+
+def test_every_decision_the_memo_answers_is_counted():
+    _, core, _, calls, registry = _setup("User:memo-counted", "memo-counts")
+    out: list = []
+    for cid in range(1, 8):
+        assert core.dispatch(_produce("memo-counts", cid), out) is False
+    assert len(calls) == 1
+    assert registry.get_sample_value("kgw_authorizer_authorization_allowed_total", {"listener": "T"}) == 7
+    assert registry.get_sample_value("kgw_authorizer_authorization_requests_total", {"listener": "T"}) == 7
+    rate = registry.get_sample_value("kafka_server_plugins_authorization_allowed_rate_per_minute",
+                                     {"class": "StandardAuthorizer", "config": "authorizer.class.name",
+                                      "role": "broker"})
+    assert rate == pytest.approx(7 * 60 / 30)  # Kafka's window: one fresh 30 s sample
+
+
+def test_an_audit_sink_added_later_gets_every_allowed_decision():
+    gw, core, _, _, _ = _setup("User:memo-audited", "memo-sinks")
+    out: list = []
+    assert core.dispatch(_produce("memo-sinks", 1), out) is False
+    assert core.dispatch(_produce("memo-sinks", 2), out) is False
+    published: list = []
+    gw.authorizer.add_audit_sink(published.append)
+    assert core.dispatch(_produce("memo-sinks", 3), out) is False
+    assert core.dispatch(_produce("memo-sinks", 4), out) is False
+    assert [(e["kgw_allowed"], e["kgw_correlation_id"]) for e in published] == [(True, 3), (True, 4)]
+
+
+def test_allowed_decisions_are_logged_as_soon_as_the_audit_log_is_at_debug(caplog):
+    _, core, _, _, _ = _setup("User:memo-logged", "memo-debug")
+    out: list = []
+    assert core.dispatch(_produce("memo-debug", 1), out) is False
+    assert core.dispatch(_produce("memo-debug", 2), out) is False
+    with caplog.at_level(logging.DEBUG, logger=AUDIT_LOGGER_NAME):
+        assert core.dispatch(_produce("memo-debug", 3), out) is False
+        assert core.dispatch(_produce("memo-debug", 4), out) is False
+    logged = [r.getMessage() for r in caplog.records if r.name == AUDIT_LOGGER_NAME]
+    assert len(logged) == 2 and all("memo-logged" in m and "memo-debug" in m for m in logged)
+
+
+def test_a_decision_taken_across_an_acl_change_is_not_remembered():
+    gw, core, acl_id, _, _ = _setup("User:memo-racing", "memo-race")
+    real = StandardAuthorizer.authorize
+
+    def authorize_then_revoke(context, actions):  # the ACL goes while the decision is taken
+        results = real(gw.authorizer, context, actions)
+        gw.authorizer.apply_changes({}, [acl_id])
+        return results
+
+    gw.authorizer.authorize = authorize_then_revoke
+    out: list = []
+    assert core.dispatch(_produce("memo-race", 1), out) is False  # decided before the change
+    gw.authorizer.authorize = real.__get__(gw.authorizer)
+    assert core.dispatch(_produce("memo-race", 2), out) is True
+    assert _answered_error(core) == TOPIC_AUTHORIZATION_FAILED
+
+
+def _context(principal: KafkaPrincipal, host: str = "127.0.0.1") -> AuthorizableRequestContext:
+    import ipaddress
+
+    return AuthorizableRequestContext("T", "PLAINTEXT", principal, ipaddress.ip_address(host), 0, 9, "c", 1)
+
+
+def test_the_memo_keeps_only_its_own_principals_and_hosts_decisions():
+    authorizer = StandardAuthorizer()
+    authorizer.configure({"super.users": "User:memo-a;User:memo-b"})
+    authorizer.complete_initial_load()
+    a = KafkaPrincipal("User", "memo-a")
+    memo = authorizer.decision_memo(_context(a))
+    action = _action(ResourceType.TOPIC, "memo-any", AclOperation.WRITE, 1, True, True)
+    assert memo.decide(_context(KafkaPrincipal("User", "memo-b")), action) is True
+    assert memo.decide(_context(a, "10.0.0.9"), action) is True
+    assert not memo.allows(action)
+    assert memo.decide(_context(a), action) is True
+    assert memo.allows(action)
+
+
+def test_the_memo_holds_a_bounded_number_of_actions():
+    authorizer = StandardAuthorizer()
+    authorizer.configure({"super.users": "User:memo-bounded"})
+    authorizer.complete_initial_load()
+    context = _context(KafkaPrincipal("User", "memo-bounded"))
+    memo = authorizer.decision_memo(context)
+    actions = [_action(ResourceType.TOPIC, f"memo-{i}", AclOperation.WRITE, 1, True, True)
+               for i in range(MEMO_ACTIONS * 3)]
+    for action in actions:
+        assert memo.decide(context, action) is True
+    assert 0 < len(memo) <= MEMO_ACTIONS
+    assert memo.allows(actions[-1])
+
+
+def test_an_authorizer_deciding_its_own_way_gets_no_memo():
+    class Stricter(StandardAuthorizer):
+        def authorize(self, context, actions):
+            return super().authorize(context, actions)
+
+    assert Stricter().decision_memo(_context(KafkaPrincipal("User", "memo-sub"))) is None
