@@ -1,4 +1,5 @@
-/* The Produce request walk of protocol/apis/produce.py, in C: the byte path only.
+/* The request header and the Produce walks of protocol/headers.py and protocol/apis/produce.py,
+ * in C: the byte path only.
  *
  * walk_produce(frame, offset, flexible, version) walks a Produce request body from `offset` (the
  * end of the request header) exactly as walk_produce_request's Python reference does, and
@@ -10,16 +11,80 @@
  * records are not exactly one acceptable magic-v2 batch is handed to the reference's
  * check_batch for its error.  Every read is bounds-checked against the buffer's length.
  *
+ * produce_response_tags(frame, offset, version) says whether a flexible Produce response ends with
+ * tagged fields (KIP-951's node endpoints, which kgw rewrites), for the usual shape only (short
+ * varints, no record errors, no tagged fields before the end), and None for any other or for
+ * anything malformed: produce.py's Python walk then reads it and names what is wrong.
+ *
+ * request_header(body) parses the usual request header as protocol/headers.py's reference
+ * (parse_request_header_python) does, and returns None for any other (see request_header).
+ *
+ * The objects returned are made without running their classes' __init__: their slots are
+ * filled directly (Layout), the slots named here checked when the classes are bound.
+ *
  * bind(TopicSpan, ProduceShape, UUID, check_batch) gives the module the classes it builds
- * and the function it asks; walk_produce returns None until it has been called.  A topic id's
+ * and the function it asks; walk_produce returns None until it has been called, and
+ * bind_header(RequestHeader, is_flexible) does the same for request_header.  A topic id's
  * UUID is made once and reused (topic_uuid).
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 
-static PyObject *TopicSpan, *ProduceShape, *Uuid, *CheckBatch, *BytesKw, *Uuids;
+static PyObject *TopicSpan, *ProduceShape, *Uuid, *CheckBatch, *BytesKw, *Uuids, *IsFlexible;
+
+/* Where a class keeps each of its fields: the offsets of its __slots__ in an instance, so that
+ * the objects the walks return are made without running their __init__ in the interpreter.
+ * Found by bind*() from the class's own member descriptors, which must all be object slots. */
+#define MAX_FIELDS 9
+
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t n;
+    Py_ssize_t offsets[MAX_FIELDS];
+} Layout;
+
+static Layout TopicSpanLayout, ProduceShapeLayout, HeaderLayout;
+
+/* The layout of `cls` for `names` (its fields, in the order build() is given their values).
+ * 0, or -1 with an error set when one is not a writable object slot of that very class. */
+static int layout_of(PyObject *cls, const char *const *names, Py_ssize_t n, Layout *out)
+{
+    if (!PyType_Check(cls) || n > MAX_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "a class with __slots__ is needed");
+        return -1;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    Py_ssize_t offsets[MAX_FIELDS];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyDict_GetItemString(type->tp_dict, names[i]);
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) || PyDescr_TYPE(d) != type
+                || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX
+                || (((PyMemberDescrObject *)d)->d_member->flags & READONLY)) {
+            PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", type->tp_name, names[i]);
+            return -1;
+        }
+        offsets[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    Py_XSETREF(out->type, (PyTypeObject *)Py_NewRef(cls));
+    out->n = n;
+    memcpy(out->offsets, offsets, sizeof(offsets[0]) * (size_t)n);
+    return 0;
+}
+
+/* A new instance of the layout's class holding `values` (new references are taken), its
+ * __init__ not run; NULL with an error set. */
+static PyObject *build(const Layout *layout, PyObject *const *values)
+{
+    PyObject *obj = layout->type->tp_alloc(layout->type, 0);
+    if (obj == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < layout->n; i++)
+        *(PyObject **)((char *)obj + layout->offsets[i]) = Py_NewRef(values[i]);
+    return obj;
+}
 
 #define BATCH_OVERHEAD 61
 #define TRANSACTIONAL 0x10
@@ -169,9 +234,9 @@ static PyObject *pair(Py_ssize_t a, Py_ssize_t b)
     return t;
 }
 
-/* cls(*args) where args[at : at + count] are the offsets given, as ints. */
-static PyObject *call_with_offsets(PyObject *cls, PyObject **args, Py_ssize_t nargs, Py_ssize_t at,
-                                   const Py_ssize_t *offsets, Py_ssize_t count)
+/* build(layout, args) where args[at : at + count] are the offsets given, as ints. */
+static PyObject *build_with_offsets(const Layout *layout, PyObject **args, Py_ssize_t at,
+                                    const Py_ssize_t *offsets, Py_ssize_t count)
 {
     PyObject *result = NULL;
     Py_ssize_t made = 0;
@@ -179,7 +244,7 @@ static PyObject *call_with_offsets(PyObject *cls, PyObject **args, Py_ssize_t na
         if ((args[at + made] = PyLong_FromSsize_t(offsets[made])) == NULL)
             goto done;
     }
-    result = PyObject_Vectorcall(cls, args, (size_t)nargs, NULL);
+    result = build(layout, args);
 done:
     for (Py_ssize_t i = 0; i < made; i++)
         Py_DECREF(args[at + i]);
@@ -292,7 +357,7 @@ static int walk_topic(Cursor *c, PyObject *frame, int flexible, long version, Py
         goto done;
     Py_ssize_t offsets[4] = {start, c->off, parts_at, parts_end};
     PyObject *args[9] = {name, partitions, NULL, NULL, NULL, NULL, spans, invalid ? invalid : Py_None, topic_id};
-    if (append_new(topics, call_with_offsets(TopicSpan, args, 9, 2, offsets, 4)) < 0)
+    if (append_new(topics, build_with_offsets(&TopicSpanLayout, args, 2, offsets, 4)) < 0)
         goto failed;
     result = 1;
     goto done;
@@ -342,7 +407,7 @@ static PyObject *walk(PyObject *frame, const unsigned char *p, Py_ssize_t n, Py_
         Py_ssize_t offsets[2] = {topics_at, topics_end};
         PyObject *args[8] = {txn, numbers[0], numbers[1], topics, transactional ? Py_True : Py_False, NULL, NULL,
                              any_invalid ? Py_True : Py_False};
-        shape = call_with_offsets(ProduceShape, args, 8, 5, offsets, 2);
+        shape = build_with_offsets(&ProduceShapeLayout, args, 5, offsets, 2);
     }
     Py_XDECREF(numbers[0]);
     Py_XDECREF(numbers[1]);
@@ -392,16 +457,368 @@ static PyObject *walk_produce(PyObject *module, PyObject *const *args, Py_ssize_
     return shape;
 }
 
+/* Skips a compact string (null or not); 0 when it does not fit in the buffer. */
+static int skip_compact_string(Cursor *c)
+{
+    long len;
+    if (!length_of(c, 1, 0, &len))
+        return 0;
+    if (len > 0) {
+        if (len > c->n - c->off)
+            return 0;
+        c->off += len;
+    }
+    return 1;
+}
+
+/* Whether a flexible Produce response ends with tagged fields, for the usual shape: short
+ * varints, no record errors, no tagged fields before the end; -1 for anything else. */
+static int response_tags_at(Cursor *c, long version)
+{
+    long topics, partitions, count;
+    if (!short_uvarint(c, &topics))
+        return -1;
+    for (long t = 1; t < topics; t++) {
+        if (version >= 13) {  /* the topic id */
+            if (c->n - c->off < 16)
+                return -1;
+            c->off += 16;
+        } else if (!skip_compact_string(c)) {  /* the name */
+            return -1;
+        }
+        if (!short_uvarint(c, &partitions))
+            return -1;
+        for (long p = 1; p < partitions; p++) {
+            /* index, error code, base offset, log append time, log start offset */
+            if (c->n - c->off < 30)
+                return -1;
+            c->off += 30;
+            if (!short_uvarint(c, &count) || count > 1)  /* record errors: the reference reads them */
+                return -1;
+            if (!skip_compact_string(c) || !empty_tags(c, 1))  /* the error message; current_leader */
+                return -1;
+        }
+        if (!empty_tags(c, 1))
+            return -1;
+    }
+    if (c->n - c->off < 4)  /* the throttle time */
+        return -1;
+    c->off += 4;
+    if (!short_uvarint(c, &count))
+        return -1;
+    return count != 0;
+}
+
+static PyObject *produce_response_tags(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "produce_response_tags(frame, offset, version)");
+        return NULL;
+    }
+    Py_ssize_t off = PyLong_AsSsize_t(args[1]);
+    if (off == -1 && PyErr_Occurred())
+        return NULL;
+    long version = PyLong_AsLong(args[2]);
+    if (version == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    int found = -1;
+    if (off >= 0 && off <= view.len) {
+        Cursor c = {(const unsigned char *)view.buf, view.len, off};
+        found = response_tags_at(&c, version);
+    }
+    PyBuffer_Release(&view);
+    if (found < 0)
+        Py_RETURN_NONE;
+    return PyBool_FromLong(found);
+}
+
+/* FrameCursor: the part of protocol/framing.py's FrameDecoder every frame goes through, in C: the
+ * chunk last received, the position in it, the bytes of a split frame assembled so far and
+ * the size limit, with next_frame() and receive_data() for the usual case: whole frames in
+ * the chunk.  Everything else (a frame split across reads, a frame over the limit, a deferred
+ * frame) is the Python subclass's: called by name (_continue, _check, _start_partial,
+ * materialize) exactly where framing.py's reference cursor (_FrameCursorPython) calls it. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *chunk;
+    Py_ssize_t pos;
+    Py_ssize_t fill;
+    Py_ssize_t limit;
+    char deferred;
+} FrameCursor;
+
+static PyObject *NeedData, *EmptyView, *S_continue, *S_check, *S_start_partial, *S_materialize;
+
+static int cursor_traverse(FrameCursor *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->chunk);
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static int cursor_clear(FrameCursor *self)
+{
+    Py_CLEAR(self->chunk);
+    return 0;
+}
+
+static void cursor_dealloc(FrameCursor *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    cursor_clear(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+/* The chunk's buffer: a 1-D memoryview of bytes (receive_data makes it so), or NULL with an
+ * error set. */
+static Py_buffer *chunk_buffer(FrameCursor *self)
+{
+    PyObject *chunk = self->chunk;
+    if (chunk == NULL || !PyMemoryView_Check(chunk)) {
+        PyErr_SetString(PyExc_TypeError, "FrameCursor._chunk must be a memoryview");
+        return NULL;
+    }
+    Py_buffer *view = PyMemoryView_GET_BUFFER(chunk);
+    if (view->ndim > 1 || view->itemsize != 1) {
+        PyErr_SetString(PyExc_TypeError, "FrameCursor._chunk must be a memoryview of bytes");
+        return NULL;
+    }
+    return view;
+}
+
+static PyObject *cursor_next_frame(FrameCursor *self, PyObject *unused)
+{
+    if (NeedData == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind_framing(NEED_DATA) was not called");
+        return NULL;
+    }
+    if (self->fill)
+        return PyObject_CallMethodNoArgs((PyObject *)self, S_continue);
+    Py_buffer *view = chunk_buffer(self);
+    if (view == NULL)
+        return NULL;
+    Py_ssize_t pos = self->pos, len = view->len;
+    if (len - pos < 4)
+        return Py_NewRef(NeedData);
+    Py_ssize_t size = be32((const unsigned char *)view->buf + pos);
+    if (size < 0 || size > self->limit) {
+        PyObject *size_obj = PyLong_FromSsize_t(size);
+        PyObject *checked = size_obj ? PyObject_CallMethodOneArg((PyObject *)self, S_check, size_obj) : NULL;
+        Py_XDECREF(size_obj);
+        if (checked == NULL)
+            return NULL;
+        Py_DECREF(checked);
+    }
+    Py_ssize_t end = pos + 4 + size;
+    if (end <= len) {
+        PyObject *frame = PySequence_GetSlice(self->chunk, pos, end);
+        if (frame != NULL)
+            self->pos = end;
+        return frame;
+    }
+    PyObject *head = PySequence_GetSlice(self->chunk, pos, len);
+    PyObject *whole = head ? PyLong_FromSsize_t(size + 4) : NULL;
+    PyObject *started = whole ? PyObject_CallMethodObjArgs((PyObject *)self, S_start_partial, head, whole, NULL) : NULL;
+    Py_XDECREF(head);
+    Py_XDECREF(whole);
+    if (started == NULL)
+        return NULL;
+    Py_DECREF(started);
+    self->pos = len;
+    return Py_NewRef(NeedData);
+}
+
+static PyObject *cursor_receive_data(FrameCursor *self, PyObject *data)
+{
+    if (self->deferred) {
+        PyObject *done = PyObject_CallMethodNoArgs((PyObject *)self, S_materialize);
+        if (done == NULL)
+            return NULL;
+        Py_DECREF(done);
+    }
+    Py_buffer *view = chunk_buffer(self);
+    if (view == NULL)
+        return NULL;
+    if (view->len - self->pos > 0) {  /* a partial length prefix (< 4 bytes) left: it starts a frame of its own */
+        PyObject *rest = PyBytes_FromStringAndSize((const char *)view->buf + self->pos, view->len - self->pos);
+        PyObject *started = rest ? PyObject_CallMethodObjArgs((PyObject *)self, S_start_partial, rest, Py_None, NULL)
+                                 : NULL;
+        Py_XDECREF(rest);
+        if (started == NULL)
+            return NULL;
+        Py_DECREF(started);
+    }
+    PyObject *chunk = PyMemoryView_FromObject(data);
+    if (chunk == NULL)
+        return NULL;
+    Py_XSETREF(self->chunk, chunk);
+    self->pos = 0;
+    Py_RETURN_NONE;
+}
+
+static int cursor_init(FrameCursor *self, PyObject *args, PyObject *kwds)
+{
+    Py_XSETREF(self->chunk, Py_NewRef(EmptyView));
+    self->pos = self->fill = 0;
+    self->deferred = 0;
+    return 0;
+}
+
+static PyMethodDef cursor_methods[] = {
+    {"next_frame", (PyCFunction)cursor_next_frame, METH_NOARGS,
+     "The next whole frame (length prefix included), or NEED_DATA."},
+    {"receive_data", (PyCFunction)cursor_receive_data, METH_O, "Feed bytes read from the peer."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef cursor_members[] = {
+    {"_chunk", T_OBJECT_EX, offsetof(FrameCursor, chunk), 0, "the unread tail's chunk"},
+    {"_pos", T_PYSSIZET, offsetof(FrameCursor, pos), 0, "where the unread tail begins"},
+    {"_fill", T_PYSSIZET, offsetof(FrameCursor, fill), 0, "bytes of the frame being assembled so far"},
+    {"limit", T_PYSSIZET, offsetof(FrameCursor, limit), 0, "the largest frame body accepted"},
+    {"deferred", T_BOOL, offsetof(FrameCursor, deferred), 0, "a trusted peer's large frame held back"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot cursor_slots[] = {
+    {Py_tp_doc, "FrameDecoder's cursor in C (see protocol/_native.c)"},
+    {Py_tp_traverse, cursor_traverse},
+    {Py_tp_clear, cursor_clear},
+    {Py_tp_dealloc, cursor_dealloc},
+    {Py_tp_init, cursor_init},
+    {Py_tp_methods, cursor_methods},
+    {Py_tp_members, cursor_members},
+    {0, NULL},
+};
+
+static PyType_Spec cursor_spec = {
+    "protocol._native.FrameCursor", sizeof(FrameCursor), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, cursor_slots,
+};
+
+static PyObject *bind_framing(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "bind_framing(NEED_DATA)");
+        return NULL;
+    }
+    Py_XSETREF(NeedData, Py_NewRef(args[0]));
+    Py_RETURN_NONE;
+}
+
+static const char *const TOPIC_SPAN_FIELDS[] = {"name", "partitions", "start", "end", "parts_at", "parts_end",
+                                               "spans", "invalid", "topic_id"};
+static const char *const PRODUCE_SHAPE_FIELDS[] = {"transactional_id", "acks", "timeout_ms", "topics", "transactional",
+                                                   "topics_at", "topics_end", "any_invalid"};
+static const char *const HEADER_FIELDS[] = {"api_key", "api_version", "correlation_id", "client_id", "size", "flexible"};
+
 static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "bind(TopicSpan, ProduceShape, UUID, check_batch)");
         return NULL;
     }
+    if (layout_of(args[0], TOPIC_SPAN_FIELDS, 9, &TopicSpanLayout) < 0
+            || layout_of(args[1], PRODUCE_SHAPE_FIELDS, 8, &ProduceShapeLayout) < 0)
+        return NULL;
     Py_XSETREF(TopicSpan, Py_NewRef(args[0]));
     Py_XSETREF(ProduceShape, Py_NewRef(args[1]));
     Py_XSETREF(Uuid, Py_NewRef(args[2]));
     Py_XSETREF(CheckBatch, Py_NewRef(args[3]));
+    Py_RETURN_NONE;
+}
+
+/* request_header(body): the RequestHeader of protocol/headers.py at the start of a request
+ * body (after the size prefix), as parse_request_header_python finds it, for the usual header:
+ * a client id that is null or valid UTF-8, an API key and version is_flexible knows, and no
+ * tagged fields when flexible.  None for any other, and for anything malformed: the reference
+ * then parses it and names the problem. */
+static PyObject *request_header(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "request_header(body)");
+        return NULL;
+    }
+    if (IsFlexible == NULL)
+        Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len, off = 10;
+    PyObject *values[6] = {NULL, NULL, NULL, NULL, NULL, NULL}, *header = NULL, *flexible = NULL;
+    if (n < 10)
+        goto not_usual;
+    long cid_len = be16(p + 8);
+    if (cid_len == -1) {
+        values[3] = Py_NewRef(Py_None);
+    } else if (cid_len < 0 || cid_len > n - off) {
+        goto not_usual;
+    } else {
+        values[3] = PyUnicode_DecodeUTF8((const char *)p + off, cid_len, "strict");
+        if (values[3] == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                goto failed;
+            PyErr_Clear();
+            goto not_usual;
+        }
+        off += cid_len;
+    }
+    if ((values[0] = PyLong_FromLong(be16(p))) == NULL || (values[1] = PyLong_FromLong(be16(p + 2))) == NULL
+            || (values[2] = PyLong_FromLong(be32(p + 4))) == NULL)
+        goto failed;
+    if ((flexible = PyObject_Vectorcall(IsFlexible, values, 2, NULL)) == NULL)
+        goto failed;
+    if (flexible == Py_None)
+        goto not_usual;
+    int is_flexible = PyObject_IsTrue(flexible);
+    if (is_flexible < 0)
+        goto failed;
+    if (is_flexible) {
+        if (off >= n || p[off] != 0)
+            goto not_usual;
+        off += 1;
+    }
+    if ((values[4] = PyLong_FromSsize_t(off)) == NULL)
+        goto failed;
+    values[5] = Py_NewRef(is_flexible ? Py_True : Py_False);
+    header = build(&HeaderLayout, values);
+    goto done;
+not_usual:
+    header = Py_NewRef(Py_None);
+    goto done;
+failed:
+    header = NULL;
+done:
+    for (int i = 0; i < 6; i++)
+        Py_XDECREF(values[i]);
+    Py_XDECREF(flexible);
+    PyBuffer_Release(&view);
+    return header;
+}
+
+static PyObject *bind_header(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "bind_header(RequestHeader, is_flexible)");
+        return NULL;
+    }
+    if (layout_of(args[0], HEADER_FIELDS, 6, &HeaderLayout) < 0)
+        return NULL;
+    Py_XSETREF(IsFlexible, Py_NewRef(args[1]));
     Py_RETURN_NONE;
 }
 
@@ -414,6 +831,14 @@ static PyMethodDef methods[] = {
     {"uuids_kept", uuids_kept, METH_NOARGS, "uuids_kept() -> how many topic ids' UUIDs are kept now"},
     {"walk_produce", (PyCFunction)(void (*)(void))walk_produce, METH_FASTCALL,
      "walk_produce(frame, offset, flexible, version) -> ProduceShape | None"},
+    {"produce_response_tags", (PyCFunction)(void (*)(void))produce_response_tags, METH_FASTCALL,
+     "produce_response_tags(frame, offset, version) -> bool | None"},
+    {"request_header", (PyCFunction)(void (*)(void))request_header, METH_FASTCALL,
+     "request_header(body) -> RequestHeader | None"},
+    {"bind_header", (PyCFunction)(void (*)(void))bind_header, METH_FASTCALL,
+     "bind_header(RequestHeader, is_flexible): what request_header builds and asks"},
+    {"bind_framing", (PyCFunction)(void (*)(void))bind_framing, METH_FASTCALL,
+     "bind_framing(NEED_DATA): what FrameCursor.next_frame returns when a frame is not whole"},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
      "bind(TopicSpan, ProduceShape, UUID, check_batch): what walk_produce builds and asks"},
     {NULL, NULL, 0, NULL},
@@ -430,5 +855,21 @@ PyMODINIT_FUNC PyInit__native(void)
         return NULL;
     if (Uuids == NULL && (Uuids = PyDict_New()) == NULL)
         return NULL;
-    return PyModule_Create(&module_def);
+    if (EmptyView == NULL && (EmptyView = PyMemoryView_FromMemory("", 0, PyBUF_READ)) == NULL)
+        return NULL;
+    if ((S_continue == NULL && (S_continue = PyUnicode_InternFromString("_continue")) == NULL)
+            || (S_check == NULL && (S_check = PyUnicode_InternFromString("_check")) == NULL)
+            || (S_start_partial == NULL && (S_start_partial = PyUnicode_InternFromString("_start_partial")) == NULL)
+            || (S_materialize == NULL && (S_materialize = PyUnicode_InternFromString("materialize")) == NULL))
+        return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL)
+        return NULL;
+    PyObject *cursor = PyType_FromSpec(&cursor_spec);
+    if (cursor == NULL || PyModule_AddObject(module, "FrameCursor", cursor) < 0) {
+        Py_XDECREF(cursor);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

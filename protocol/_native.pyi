@@ -1,6 +1,22 @@
 from typing import Any, Callable
 
+def bind_header(request_header: type, is_flexible: Callable[[int, int], bool | None]) -> None: ...
+def request_header(body: memoryview | bytes) -> Any:
+    """A RequestHeader of protocol.headers, or None: the reference parses it."""
 def bind(topic_span: type, produce_shape: type, uuid: type, check_batch: Callable[..., Any]) -> None: ...
 def walk_produce(frame: memoryview | bytes, offset: int, flexible: bool, version: int) -> Any:
     """A ProduceShape of protocol.apis.produce, or None: the module cannot name it here."""
 def uuids_kept() -> int: ...
+def produce_response_tags(frame: memoryview | bytes, offset: int, version: int) -> bool | None:
+    """Whether a flexible Produce response ends with tagged fields; None: the usual shape it is not."""
+def bind_framing(need_data: object) -> None: ...
+
+class FrameCursor:
+    """protocol.framing's cursor in C (the reference: framing._FrameCursorPython)."""
+    _chunk: memoryview
+    _pos: int
+    _fill: int
+    limit: int
+    deferred: bool
+    def next_frame(self) -> Any: ...
+    def receive_data(self, data: bytes) -> None: ...

@@ -42,9 +42,9 @@ consuming through kgw 4.4 times as costly).
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-__all__ = ["FrameDecoder", "FrameError", "FrameTooLarge", "InvalidFrame", "NEED_DATA", "frame", "INITIAL_PARTIAL"]
+__all__ = ["FrameDecoder", "FrameDecoderPython", "FrameError", "FrameTooLarge", "InvalidFrame", "NEED_DATA", "frame", "INITIAL_PARTIAL"]
 
 _LEN = struct.Struct(">i")
 #: kept for the configuration's sake: room beyond the bytes received (no longer used)
@@ -84,19 +84,106 @@ def frame(*parts: bytes | bytearray | memoryview) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
-class FrameDecoder:
-    """Split a byte stream into Kafka frames.
+class _FrameCursorPython:
+    """The cursor every frame goes through (the chunk last received, the position in it, the
+    bytes of a split frame assembled so far, the limit): :meth:`next_frame` and
+    :meth:`receive_data` of the usual case, whole frames in the chunk.  The reference of
+    ``protocol/_native.c``'s ``FrameCursor``, which :class:`FrameDecoder` is built on where it
+    was compiled; both call the decoder's own methods for everything else."""
 
-    Args:
-        max_frame_bytes: the largest frame body accepted (:attr:`limit`, may be changed
-            between frames, e.g. once a SASL client has authenticated).
-        limit_name: the setting named when a frame exceeds the limit.
-        trusted: the peer is the upstream broker: a frame split across reads is allocated
-            at its announced size and received into directly (Rule 3).
-    """
+    __slots__ = ("_chunk", "_pos", "_fill", "limit", "deferred")
 
-    __slots__ = ("limit", "limit_name", "trusted", "_chunk", "_pos", "_parts", "_buffer", "_fill", "_size",
-                 "allocated", "copied", "defer_from", "deferred")
+    _chunk: memoryview
+    _pos: int
+    _fill: int
+    limit: int
+    deferred: bool
+
+    def receive_data(self, data: bytes) -> None:
+        """Feed bytes read from the peer.  Call only after NEED_DATA."""
+        if self.deferred:
+            self.materialize()
+        rest = len(self._chunk) - self._pos
+        if rest:
+            # A partial length prefix (< 4 bytes) is left over: it starts a frame of its own.
+            self._start_partial(bytes(self._chunk[self._pos :]), None)
+        self._chunk = memoryview(data)
+        self._pos = 0
+
+    def next_frame(self) -> "memoryview | _NeedData":
+        """Return the next whole frame (length prefix included), or NEED_DATA.
+
+        Raises:
+            FrameTooLarge: the length prefix exceeds the limit.
+            InvalidFrame: the length prefix is negative.
+        """
+        if self._fill:
+            return self._continue()
+        chunk = self._chunk
+        pos = self._pos
+        avail = len(chunk) - pos
+        if avail < 4:
+            return NEED_DATA
+        (size,) = _LEN.unpack_from(chunk, pos)
+        if size < 0 or size > self.limit:
+            self._check(size)
+        end = pos + 4 + size
+        if end <= len(chunk):
+            self._pos = end
+            return chunk[pos:end]
+        self._start_partial(chunk[pos:], size + 4)
+        self._pos = len(chunk)
+        return NEED_DATA
+
+    # the decoder's (_Decoder), called for what is not the usual case
+    def materialize(self) -> None:
+        raise NotImplementedError
+
+    def _start_partial(self, head: memoryview | bytes, size: int | None) -> None:
+        raise NotImplementedError
+
+    def _check(self, size: int) -> None:
+        raise NotImplementedError
+
+    def _continue(self) -> "memoryview | _NeedData":
+        raise NotImplementedError
+
+
+try:  # the cursor in C, built by pip where a compiler is found (setup.py)
+    from protocol import _native
+except ImportError:  # pragma: no cover - a build without a compiler: the reference alone
+    _Cursor: type = _FrameCursorPython
+else:
+    _native.bind_framing(NEED_DATA)
+    _Cursor = _native.FrameCursor
+
+_MIXIN_SLOTS: tuple[str, ...] = ()
+_DECODER_SLOTS = ("limit_name", "trusted", "_parts", "_buffer", "_size", "allocated", "copied", "defer_from")
+
+
+class _Decoder:
+    """What :class:`FrameDecoder` adds to its cursor: frames split across reads (Rule 3),
+    limits (Rule 2), deferred frames."""
+
+    __slots__ = _MIXIN_SLOTS  # (none: the concrete classes hold them)
+
+    if TYPE_CHECKING:  # the cursor's, which every decoder class also derives from
+        _chunk: memoryview
+        _pos: int
+        _fill: int
+        limit: int
+        deferred: bool
+        limit_name: str
+        trusted: bool
+        _parts: list[bytes | memoryview]
+        _buffer: bytearray | None
+        _size: int
+        allocated: int
+        copied: int
+        defer_from: int
+
+        def next_frame(self) -> "memoryview | _NeedData": ...
+        def receive_data(self, data: bytes) -> None: ...
 
     def __init__(self, max_frame_bytes: int, limit_name: str = "socket.request.max.bytes", *,
                  trusted: bool = False) -> None:
@@ -149,42 +236,6 @@ class FrameDecoder:
     def partial_filled(self, n: int) -> None:
         """Record ``n`` bytes written into :meth:`partial_space`."""
         self._fill += n
-
-    def receive_data(self, data: bytes) -> None:
-        """Feed bytes read from the peer.  Call only after NEED_DATA."""
-        if self.deferred:
-            self.materialize()
-        rest = len(self._chunk) - self._pos
-        if rest:
-            # A partial length prefix (< 4 bytes) is left over: it starts a frame of its own.
-            self._start_partial(bytes(self._chunk[self._pos :]), None)
-        self._chunk = memoryview(data)
-        self._pos = 0
-
-    def next_frame(self) -> memoryview | _NeedData:
-        """Return the next whole frame (length prefix included), or NEED_DATA.
-
-        Raises:
-            FrameTooLarge: the length prefix exceeds the limit.
-            InvalidFrame: the length prefix is negative.
-        """
-        if self._fill:
-            return self._continue()
-        chunk = self._chunk
-        pos = self._pos
-        avail = len(chunk) - pos
-        if avail < 4:
-            return NEED_DATA
-        (size,) = _LEN.unpack_from(chunk, pos)
-        if size < 0 or size > self.limit:
-            self._check(size)
-        end = pos + 4 + size
-        if end <= len(chunk):
-            self._pos = end
-            return chunk[pos:end]
-        self._start_partial(chunk[pos:], size + 4)
-        self._pos = len(chunk)
-        return NEED_DATA
 
     # ------------------------------------------------------------ assembling
     def _check(self, size: int) -> None:
@@ -274,3 +325,23 @@ class FrameDecoder:
             self.copied += len(frame)
         self._fill = self._size = 0
         return memoryview(frame).toreadonly()  # kio readers want read-only buffers
+
+
+class FrameDecoder(_Decoder, _Cursor):  # type: ignore[misc]
+    """Split a byte stream into Kafka frames (its cursor in C where that was built).
+
+    Args:
+        max_frame_bytes: the largest frame body accepted (:attr:`limit`, may be changed
+            between frames, e.g. once a SASL client has authenticated).
+        limit_name: the setting named when a frame exceeds the limit.
+        trusted: the peer is the upstream broker: a frame split across reads is allocated
+            at its announced size and received into directly (Rule 3).
+    """
+
+    __slots__ = _DECODER_SLOTS
+
+
+class FrameDecoderPython(_Decoder, _FrameCursorPython):
+    """:class:`FrameDecoder` on the Python cursor, the reference (the tests run both)."""
+
+    __slots__ = _DECODER_SLOTS

@@ -79,7 +79,23 @@ def read_uvarint(buf: memoryview | bytes, off: int) -> tuple[int, int]:
 
 
 def parse_request_header(frame: memoryview) -> RequestHeader:
-    """Parse the header at the start of a request frame body.
+    """Parse the header at the start of a request frame body: in C (``protocol/_native.c``)
+    where it was built and the header is the usual one, else by
+    :func:`parse_request_header_python`, the reference, which names what is wrong.
+
+    Raises:
+        HeaderError: truncated or malformed header, or an API key / version
+            kio has no schema for (the caller decides what that means).
+    """
+    if _native_header is not None:
+        header: RequestHeader | None = _native_header(frame)
+        if header is not None:
+            return header
+    return parse_request_header_python(frame)
+
+
+def parse_request_header_python(frame: memoryview) -> RequestHeader:
+    """:func:`parse_request_header` in Python: every header, the usual and the malformed.
 
     Raises:
         HeaderError: truncated or malformed header, or an API key / version
@@ -119,6 +135,15 @@ def parse_request_header(frame: memoryview) -> RequestHeader:
         if off > len(frame):
             raise HeaderError("request header truncated inside tagged fields")
     return RequestHeader(api_key, api_version, correlation_id, client_id, off, bool(flexible))
+
+
+try:  # the usual header parsed in C, built by pip where a compiler is found (setup.py)
+    from protocol import _native
+except ImportError:  # pragma: no cover - a build without a compiler: the reference alone
+    _native_header = None
+else:
+    _native.bind_header(RequestHeader, is_flexible)
+    _native_header = _native.request_header
 
 
 def response_header(api_key: int, flexible: bool, correlation_id: int) -> bytes:

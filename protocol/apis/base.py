@@ -7,8 +7,9 @@ registry (:mod:`protocol.apis.registry`) collects them into a read-only table
 keyed by API key.  A spec is sans-IO:
 
 * ``inspect(header, frame)`` decodes as much of the request as the gateway needs
-  (the resources it touches, whether a response is expected, how long the
-  broker may legitimately hold it) and returns a :class:`RequestInfo`.
+  (the request decoded, or walked where decoding would cost too much; whether a
+  response is expected, how long the broker may legitimately hold it) and returns
+  a :class:`RequestInfo`.
 * ``rewrite_response(version, frame, body_offset, nodes)`` returns a new response
   body, or ``None`` to forward the upstream's bytes untouched.  ``nodes`` is the
   :class:`NodeMap` of the listener the client came in on: it learns upstream
@@ -43,11 +44,10 @@ forwarded on a guess.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
 from protocol.headers import RequestHeader
-from protocol.resources import TouchedResources
 
 if TYPE_CHECKING:
     from protocol.services import LocalServices
@@ -65,11 +65,11 @@ class NodeMap(Protocol):
 
 @dataclass(slots=True)  # not frozen: built for every request (see protocol/headers.py)
 class RequestInfo:
-    resources: TouchedResources = field(default_factory=dict)
     expects_response: bool = True
     #: seconds the broker may hold the request on purpose (Fetch max wait, JoinGroup rebalance)
     broker_wait_s: float = 0.0
-    #: the decoded kio request when the module decoded it whole (None for hot-path walkers)
+    #: the decoded kio request when the module decoded it whole, a hot-path walker's own shape
+    #: (Produce's ``ProduceShape``), or None
     decoded: Any = None
 
 

@@ -43,7 +43,6 @@ from protocol.apis.addresses import rewrite_node_list
 from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RequestInfo
 from protocol.codecs import CodecError, decode_response, encode, make, nested, response_class
 from protocol.headers import RequestHeader
-from protocol.resources import ResourceKind
 from protocol.wire import WalkError, array_len, i32, skip_bytes, skip_string, skip_tagged, uvarint
 
 __all__ = ["SPECS", "walk_produce_request", "walk_produce_request_python", "ProduceShape"]
@@ -259,28 +258,16 @@ _I32_AT = struct.Struct(">i").unpack_from
 try:  # the same walk in C, built by pip where a compiler is found (setup.py)
     from protocol import _native
 except ImportError:  # pragma: no cover - a build without a compiler: the reference alone
-    _native_walk = None
+    _native_walk = _native_response_tags = None
 else:
     _native.bind(TopicSpan, ProduceShape, UUID, check_batch)
     _native_walk = _native.walk_produce
+    _native_response_tags = _native.produce_response_tags
 
 
 def _inspect(header: RequestHeader, frame: memoryview) -> RequestInfo:
     shape = walk_produce_request(header, frame)
-    resources: dict[tuple[str, str], int] = {}
-    for topic in shape.topics:
-        if topic.name is None:
-            continue  # an unknown topic id: answered UNKNOWN_TOPIC_ID, never authorized
-        key = (ResourceKind.TOPIC, topic.name)
-        resources[key] = resources.get(key, 0) + len(topic.partitions)
-    if shape.transactional_id is not None:
-        resources[(ResourceKind.TRANSACTIONAL_ID, shape.transactional_id)] = 1
-    return RequestInfo(
-        resources=resources,
-        expects_response=shape.acks != 0,
-        broker_wait_s=max(shape.timeout_ms, 0) / 1000.0,
-        decoded=shape,
-    )
+    return RequestInfo(shape.acks != 0, max(shape.timeout_ms, 0) / 1000.0, shape)
 
 
 def _partition_entry(part_cls: Any, index: int, error: int, message: str | None = None) -> Any:
@@ -326,16 +313,26 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
         if shape.acks == 0:
             return Decision(close="transactional produce with acks=0 denied (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
         return Decision(respond=_error_response(version, shape.topics, TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
-    counts: dict[str, int] = {}
-    unknown_ids = False
-    for t in shape.topics:
-        if t.name is None:
-            unknown_ids = True
+    topics = shape.topics
+    if len(topics) == 1 and topics[0].name is not None:  # the usual request: one topic, one decision
+        name = topics[0].name
+        if auth.allowed(ResourceType.TOPIC, name, AclOperation.WRITE, True, True, len(topics[0].partitions)):
+            if not shape.any_invalid:
+                return FORWARD
+            allowed = {name}
         else:
-            counts[t.name] = counts.get(t.name, 0) + len(t.partitions)
-    allowed = auth.filter(ResourceType.TOPIC, AclOperation.WRITE, counts)
-    if len(allowed) == len(counts) and not shape.any_invalid and not unknown_ids:
-        return FORWARD
+            allowed = set()
+    else:
+        counts: dict[str, int] = {}
+        unknown_ids = False
+        for t in topics:
+            if t.name is None:
+                unknown_ids = True
+            else:
+                counts[t.name] = counts.get(t.name, 0) + len(t.partitions)
+        allowed = auth.filter(ResourceType.TOPIC, AclOperation.WRITE, counts)
+        if len(allowed) == len(counts) and not shape.any_invalid and not unknown_ids:
+            return FORWARD
     # (topic position, partition position) -> (error, message) for every partition kgw answers;
     # Kafka's order: an unknown id first, then the authorization, then the records
     local: dict[tuple[int, int], tuple[int, str | None]] = {}
@@ -417,48 +414,14 @@ def has_top_level_tags(version: int, frame: memoryview, off: int) -> bool:
     """Whether a flexible (v9+) Produce response body at ``off`` ends with tagged fields.
 
     Every Produce response on the request path goes through here, so the usual shape is
-    walked in line (:func:`_usual_top_level_tags`); anything else is walked by
-    :func:`_walk_to_top_level_tags`, which reads every varint in full and names what is malformed."""
-    try:
-        usual = _usual_top_level_tags(version, frame, off)
-    except IndexError:  # too short: the full walk says where
-        usual = None
-    return _walk_to_top_level_tags(version, frame, off) if usual is None else usual
-
-
-def _usual_top_level_tags(version: int, frame: memoryview, off: int) -> bool | None:
-    """:func:`has_top_level_tags` for the usual shape: one-byte lengths and counts, no record
-    errors, no tagged fields before the end; None for any other."""
-    n_topics = frame[off]
-    if n_topics >= 0x80:
-        return None
-    off += 1
-    for _ in range(n_topics - 1):
-        if version >= 13:
-            off += 16  # topic id
-        else:
-            n = frame[off]  # compact name: n bytes in all (n - 1 after the length), 1 if null
-            if n >= 0x80:
-                return None
-            off += n or 1
-        n_parts = frame[off]
-        if n_parts >= 0x80:
-            return None
-        off += 1
-        for _ in range(n_parts - 1):
-            off += 30  # index, error code, base offset, log append time, log start offset
-            n = frame[off + 1]  # (the byte before: record errors, 1 when there are none)
-            if frame[off] != 1 or n >= 0x80:
-                return None
-            off += 2 + (n - 1 if n else 0)  # error message
-            if frame[off]:  # the partition's tagged fields (current_leader)
-                return None
-            off += 1
-        if frame[off]:  # the topic's tagged fields
-            return None
-        off += 1
-    count = frame[off + 4]  # after the throttle time: the top-level tagged fields
-    return count != 0 if count < 0x80 else None
+    walked in C (``protocol/_native.c``) where it was built; anything else, and every response
+    where it was not, is walked by :func:`_walk_to_top_level_tags`, the reference, which reads
+    every varint in full and names what is malformed."""
+    if _native_response_tags is not None:
+        usual = _native_response_tags(frame, off, version)
+        if usual is not None:
+            return usual
+    return _walk_to_top_level_tags(version, frame, off)
 
 
 def _walk_to_top_level_tags(version: int, frame: memoryview, off: int) -> bool:

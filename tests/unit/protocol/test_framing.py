@@ -1,10 +1,27 @@
-"""The sans-IO frame decoder, fed whole, one byte at a time, and with trailing data."""
+"""The sans-IO frame decoder, fed whole, one byte at a time, and with trailing data.  Every test
+runs on both decoders: its cursor in C (protocol/_native.c ``FrameCursor``, what kgw runs) and
+in Python (``FrameDecoderPython``, the reference); the last test feeds both the same streams cut
+anywhere and compares what comes out."""
 
+import random
 import struct
+import sys
 
 import pytest
 
-from protocol.framing import NEED_DATA, FrameDecoder, FrameTooLarge, InvalidFrame, frame
+from protocol import _native
+from protocol import framing as framing_module
+from protocol.framing import NEED_DATA, FrameDecoder, FrameDecoderPython, FrameError, FrameTooLarge, InvalidFrame, frame
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def decoder_class(request, monkeypatch):
+    """FrameDecoder in this module (and in the drivers' receive function's module) is each in turn."""
+    cls = FrameDecoder if request.param == "c" else FrameDecoderPython
+    if request.param == "c":
+        assert FrameDecoder.__mro__[2] is _native.FrameCursor  # the C cursor was built and is used
+    monkeypatch.setattr(sys.modules[__name__], "FrameDecoder", cls)
+    return cls
 
 
 def frames_of(decoder: FrameDecoder) -> list[bytes]:
@@ -256,3 +273,50 @@ def test_the_length_walk_agrees_with_kio_on_every_request_kgw_handles():
     metadata[0:4] = struct.pack(">i", 2_000_000_000)  # the topics count of Metadata v4
     with pytest.raises(LengthError):
         check_lengths(request_class(3, 4), memoryview(bytes(metadata)), 0)
+
+
+def test_both_cursors_give_the_same_frames_errors_and_counts_on_any_cut():
+    """Streams of frames (empty, small, large, over the limit, negative lengths), cut at random
+    into reads of 1 byte to 3 frames, go through the C and the Python cursor: the same frames,
+    the same errors at the same point, the same bytes buffered, allocated and copied."""
+    rng = random.Random(11)
+    for round_ in range(300):
+        bodies = [bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 3, 40, 700, 5000])))
+                  for _ in range(rng.randrange(1, 6))]
+        wire = bytearray(b"".join(frame(b) for b in bodies))
+        if round_ % 10 == 0:  # a damaged length prefix somewhere
+            wire[rng.randrange(len(wire))] = rng.choice([0x80, 0xFF, 0x10])
+        trusted = round_ % 2 == 0
+        decoders = [framing_module.FrameDecoder(4000, trusted=trusted), FrameDecoderPython(4000, trusted=trusted)]
+        outcomes: list[list] = [[], []]
+        pos = 0
+        while pos < len(wire):
+            n = rng.choice([1, 2, 3, 5, 64, 1000, 9000])
+            chunk = bytes(wire[pos:pos + n])
+            pos += n
+            for d, out in zip(decoders, outcomes):
+                if out and isinstance(out[-1], str):
+                    continue  # closed after an error
+                try:
+                    d.receive_data(chunk)
+                    while (f := d.next_frame()) is not NEED_DATA:
+                        out.append(bytes(f))
+                    out.append((d.buffered, d.to_come, d.in_frame, d.allocated, d.copied))
+                except FrameError as e:
+                    out.append(f"{type(e).__name__}: {e}")
+        assert outcomes[0] == outcomes[1]
+    assert type(decoders[0]).__mro__[2] is _native.FrameCursor and type(decoders[1]) is FrameDecoderPython
+
+
+def test_more_bytes_for_a_held_back_frame_make_it_an_ordinary_one():
+    """A trusted peer's large frame held back (``defer_from``) and then fed more bytes is
+    allocated at its size and received as any other, the one copy of what had arrived."""
+    wire = frame(b"x" * 10_000) + frame(b"next")
+    d = FrameDecoder(1 << 20, trusted=True)
+    d.defer_from = 1000
+    d.receive_data(wire[:100])
+    assert d.next_frame() is NEED_DATA and d.deferred
+    d.receive_data(wire[100:])
+    assert not d.deferred and d.allocated == 10_004
+    assert [bytes(f) for f in iter(d.next_frame, NEED_DATA)] == [wire[:10_004], frame(b"next")]
+    assert d.copied == 10_004

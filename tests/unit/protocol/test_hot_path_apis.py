@@ -60,7 +60,9 @@ def produce_v11(acks=-1, txn=None):
 def test_produce_walk_lists_topics_with_partition_counts_and_acks():
     frame = request_frame(H2, 0, 11, produce_v11(acks=1, txn="tx-1"))
     info = PRODUCE[0].inspect(parse_request_header(frame), frame)
-    assert info.resources == {("TOPIC", "orders"): 2, ("TOPIC", "audit"): 1, ("TRANSACTIONAL_ID", "tx-1"): 1}
+    shape = info.decoded
+    assert [(t.name, len(t.partitions)) for t in shape.topics] == [("orders", 2), ("audit", 1)]
+    assert shape.transactional_id == "tx-1"
     assert info.expects_response and info.broker_wait_s == 3.0
 
 
@@ -69,7 +71,7 @@ def test_produce_acks_zero_expects_no_response_non_flexible_version():
         produce8.TopicProduceData(name="t", partition_data=(produce8.PartitionProduceData(index=i32(0), records=RECORDS),)),))
     frame = request_frame(H1, 0, 8, body)
     info = PRODUCE[0].inspect(parse_request_header(frame), frame)
-    assert info.expects_response is False and info.resources == {("TOPIC", "t"): 1}
+    assert info.expects_response is False and [(t.name, len(t.partitions)) for t in info.decoded.topics] == [("t", 1)]
 
 
 @pytest.mark.parametrize("acks", [0, 1, -1])
@@ -210,9 +212,9 @@ def _random_produce_response(rng, version: int, endpoints: bool):
 
 
 @pytest.mark.parametrize("version", [10, 11, 12, 13])
-def test_produce_response_walk_in_line_agrees_with_the_full_walk(version):
-    """The in-line walk of the usual shape gives the full walk's answer on every shape, and the
-    same CodecError on every truncation of it."""
+def test_produce_response_walk_in_c_agrees_with_the_full_walk(version):
+    """The C walk of the usual shape (protocol/_native.c) gives the full walk's answer on every
+    shape, and the same CodecError on every truncation or damage of it (it declines those)."""
     import random
 
     from protocol.apis.produce import _walk_to_top_level_tags
@@ -237,9 +239,9 @@ def test_produce_response_walk_in_line_agrees_with_the_full_walk(version):
 
 
 @pytest.mark.parametrize("version", [10, 13])
-def test_usual_produce_response_is_walked_in_line(version, monkeypatch):
+def test_usual_produce_response_is_walked_in_c(version, monkeypatch):
     """The answer to an ordinary produce (topics, partitions, no record errors or tags) never
-    needs the full walk: it runs for every Produce response on the request path."""
+    needs the full walk: the C walk takes it, as every Produce response on the request path."""
     import protocol.apis.produce as produce_api
 
     def full_walk(*_args):
