@@ -55,6 +55,16 @@ def worktree(commit: str, where: Path):
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
 
 
+def tree_state() -> tuple[str, bool]:
+    """The working tree's HEAD (short) and whether it has uncommitted changes, as the A/B
+    benches print them."""
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True,
+                                text=True).stdout.strip())
+    return head, dirty
+
+
 def load_text() -> str:
     """The machine's load averages (1, 5, 15 minutes), as the benches print them."""
     return " ".join(f"{x:.2f}" for x in os.getloadavg())

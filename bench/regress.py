@@ -44,7 +44,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_common import (REPO, BenchError, CpuMeter, consume_throughput, create_topics, load_text,  # noqa: E402
-                          produce_latency_interleaved, produce_throughput, scratch, seed_acls, start_tansu, worktree)
+                          produce_latency_interleaved, produce_throughput, scratch, seed_acls, start_tansu, tree_state,
+                          worktree)
 from tests.support.cluster import base_gateway_config, deep_merge, launch_gateway  # noqa: E402
 
 
@@ -74,10 +75,7 @@ def main() -> int:
     only = set(args.only or ("produce", "consume", "small"))
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", args.against], check=True,
                             capture_output=True, text=True).stdout.strip()
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], check=True,
-                          capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True,
-                                text=True).stdout.strip())
+    head, dirty = tree_state()
     print(f"base = {commit}, work = {head}{' + uncommitted changes' if dirty else ''}; "
           f"{'no authorizer' if not acls else f'StandardAuthorizer, {acls} ACLs'}; load {load_text()}; "
           f"{platform.processor() or platform.machine()}, Python {platform.python_version()}", flush=True)
