@@ -146,6 +146,18 @@ static int length_of(Cursor *c, int flexible, int wide, long *len)
     return 1;
 }
 
+/* The bytes of `obj` into *view (release it): 1; 0 when `obj` is not one contiguous buffer (the
+ * caller declines it to the Python reference); -1 with an error set. */
+static int contiguous(PyObject *obj, Py_buffer *view)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0)
+        return 1;
+    if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError))
+        return -1;
+    PyErr_Clear();
+    return 0;
+}
+
 /* An empty tagged-field section (one zero byte) when flexible; 0 otherwise. */
 static int empty_tags(Cursor *c, int flexible)
 {
@@ -442,12 +454,9 @@ static PyObject *walk_produce(PyObject *module, PyObject *const *args, Py_ssize_
     if (version == -1 && PyErr_Occurred())
         return NULL;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {  /* not one contiguous buffer */
-        if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError))
-            return NULL;
-        PyErr_Clear();
-        Py_RETURN_NONE;  /* the reference walks it */
-    }
+    int got = contiguous(args[0], &view);
+    if (got <= 0)
+        return got < 0 ? NULL : Py_NewRef(Py_None);  /* not one contiguous buffer: the reference takes it */
     PyObject *shape;
     if (off < 0 || off > view.len)
         shape = Py_NewRef(Py_None);
@@ -522,12 +531,9 @@ static PyObject *produce_response_tags(PyObject *module, PyObject *const *args, 
     if (version == -1 && PyErr_Occurred())
         return NULL;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError))
-            return NULL;
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
+    int got = contiguous(args[0], &view);
+    if (got <= 0)
+        return got < 0 ? NULL : Py_NewRef(Py_None);  /* not one contiguous buffer: the reference takes it */
     int found = -1;
     if (off >= 0 && off <= view.len) {
         Cursor c = {(const unsigned char *)view.buf, view.len, off};
@@ -751,12 +757,9 @@ static PyObject *request_header(PyObject *module, PyObject *const *args, Py_ssiz
     if (IsFlexible == NULL)
         Py_RETURN_NONE;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError))
-            return NULL;
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
+    int got = contiguous(args[0], &view);
+    if (got <= 0)
+        return got < 0 ? NULL : Py_NewRef(Py_None);  /* not one contiguous buffer: the reference takes it */
     const unsigned char *p = (const unsigned char *)view.buf;
     Py_ssize_t n = view.len, off = 10;
     PyObject *values[6] = {NULL, NULL, NULL, NULL, NULL, NULL}, *header = NULL, *flexible = NULL;
