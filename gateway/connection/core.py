@@ -182,18 +182,19 @@ def next_request(decoder: FrameDecoder) -> memoryview | object:
 class Slot:
     __slots__ = ("header", "spec", "data", "sent_at", "deadline", "merge", "large", "quota", "busy", "throttle")
 
-    def __init__(self, header: RequestHeader, spec: ApiSpec) -> None:
+    def __init__(self, header: RequestHeader, spec: ApiSpec, merge: Any = None, sent_at: float = 0.0,
+                 deadline: float = math.inf) -> None:
         self.header = header
         self.spec = spec
-        self.merge = None
+        self.merge = merge
         #: the connection's quotas when some client quota is set (then ``busy``: seconds kgw
         #: spent dispatching it, ``throttle``: ms the request itself put the client over a quota)
         self.quota = None
         #: the request was large: its merge (proportional to the request) runs on a worker thread
         self.large = False
         self.data: bytes | memoryview | None = None
-        self.sent_at = 0.0
-        self.deadline = math.inf
+        self.sent_at = sent_at
+        self.deadline = deadline
 
 
 def _again(fn: Any, *args: Any) -> Any:
@@ -652,15 +653,12 @@ class ConnectionCore:
                large: bool = False) -> Slot:
         """A forwarded request of ``size`` bytes that expects a response: its place in the
         response order (``large``: its merge runs off the shared loops too)."""
-        slot = Slot(header, spec)
+        now = time.monotonic()
+        slot = Slot(header, spec, merge, now, now + self._request_timeout_s + info.broker_wait_s)
         if self._quota_map:
             self._measure(slot, size)
-        slot.merge = merge
         if large:
             slot.large = True
-        now = time.monotonic()
-        slot.sent_at = now
-        slot.deadline = now + self._request_timeout_s + info.broker_wait_s
         self.pending.append(slot)
         self.in_flight.append(slot)
         if len(self.in_flight) == 1:

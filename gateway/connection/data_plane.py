@@ -213,11 +213,12 @@ class DataPlane:
                             self._drained_yet(lane)
                     except Exception as e:
                         self._failed(lane, e)
-                for _ in range(len(ready)):  # those ready before this turn: one quantum each
-                    lane = ready.popleft()
-                    lane.queued = False
-                    if not lane.closed and not lane.paused:
-                        self._guarded(lane, self._process_client, lane)
+                if ready:
+                    for _ in range(len(ready)):  # those ready before this turn: one quantum each
+                        lane = ready.popleft()
+                        lane.queued = False
+                        if not lane.closed and not lane.paused:
+                            self._guarded(lane, self._process_client, lane)
                 while commands:
                     fn, args = commands.popleft()
                     fn(*args)
