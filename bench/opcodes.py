@@ -4,6 +4,7 @@
     .venv/bin/python bench/opcodes.py                       # this tree, StandardAuthorizer, 1000 ACLs
     .venv/bin/python bench/opcodes.py --against HEAD~1      # and a commit's code, same workload
     .venv/bin/python bench/opcodes.py --no-authz --top 40
+    .venv/bin/python bench/opcodes.py --workload consume    # per MB consumed instead
 
 On this machine a live request's time drifts by a factor of two between runs, and most of what
 kgw spends beyond the kernel's share is the interpreter's (perf: ``_PyEval_EvalFrameDefault``
@@ -17,6 +18,10 @@ produces (``flush()`` after each, as bench/regress.py's small requests), then co
 ``--requests`` more and prints bytecodes per request by thread and the ``--top`` functions.
 The counts move by a few per request from run to run (a read that finds part of a frame, a
 turn that serves two events): read differences of a few percent, not of one bytecode.
+
+``--workload consume`` counts per MB consumed instead: ``--records`` 1 KiB records written
+straight to tansu, read once through kgw to warm up, then counted while read again
+(confluent-kafka, bench_common's large fetches: each Fetch response's record sets spliced).
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_common import (REPO, create_topics, load_text, produce_latency, scratch, seed_acls,  # noqa: E402
-                          start_tansu, tree_state, worktree)
+from bench_common import (REPO, RECORD_SIZE, consume_throughput, create_topics, load_text,  # noqa: E402
+                          produce_latency, produce_throughput, scratch, seed_acls, start_tansu, tree_state,
+                          worktree)
 from tests.support.cluster import base_gateway_config, deep_merge, launch_gateway  # noqa: E402
 
 Key = tuple[str, str, str]
@@ -53,7 +59,8 @@ def _snapshot(pid: int, out: Path, n: int) -> dict[Key, int]:
 
 
 def measure(name: str, code: Path | None, work: Path, tansu_port: int, args) -> dict[Key, float]:
-    """Bytecodes per request by (thread, file, function) through a gateway running ``code``."""
+    """Bytecodes per request (per MB consumed with ``--workload consume``) by (thread, file,
+    function) through a gateway running ``code``."""
     out = work / f"{name}-counts"
     out.mkdir()
     meta = work / f"{name}-meta"
@@ -76,14 +83,23 @@ def measure(name: str, code: Path | None, work: Path, tansu_port: int, args) -> 
     try:
         os.kill(gw.process.pid, signal.SIGUSR2)
         topic = f"bench-opcodes-{name}-{time.monotonic_ns()}"
-        create_topics(gw.bootstrap, [topic])
-        produce_latency(gw.bootstrap, topic, args.warmup, 0, "1")
-        before = _snapshot(gw.process.pid, out, 1)
-        produce_latency(gw.bootstrap, topic, args.requests, 0, "1")
+        if args.workload == "consume":
+            create_topics(f"127.0.0.1:{tansu_port}", [topic])
+            produce_throughput(f"127.0.0.1:{tansu_port}", topic, args.records, "1", 5)
+            consume_throughput(gw.bootstrap, topic, args.records, 300)
+            before = _snapshot(gw.process.pid, out, 1)
+            consume_throughput(gw.bootstrap, topic, args.records, 300)
+            units = args.records * RECORD_SIZE / 1e6
+        else:
+            create_topics(gw.bootstrap, [topic])
+            produce_latency(gw.bootstrap, topic, args.warmup, 0, "1")
+            before = _snapshot(gw.process.pid, out, 1)
+            produce_latency(gw.bootstrap, topic, args.requests, 0, "1")
+            units = args.requests
         after = _snapshot(gw.process.pid, out, 2)
     finally:
         gw.process.stop(15)
-    return {k: (v - before.get(k, 0)) / args.requests for k, v in after.items() if v > before.get(k, 0)}
+    return {k: (v - before.get(k, 0)) / units for k, v in after.items() if v > before.get(k, 0)}
 
 
 def _short(path: str) -> str:
@@ -112,12 +128,16 @@ def main() -> int:
     ap.add_argument("--acls", type=int, default=1000)
     ap.add_argument("--no-authz", action="store_true")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--workload", choices=("small", "consume"), default="small")
+    ap.add_argument("--records", type=int, default=50_000, help="records consumed (--workload consume)")
     args = ap.parse_args()
     if args.no_authz:
         args.acls = 0
     head, dirty = tree_state()
-    print(f"small requests (one-record Produce v9 + flush), {args.requests} counted after {args.warmup}; "
-          f"{'no authorizer' if not args.acls else f'StandardAuthorizer, {args.acls} ACLs'}; work = {head}"
+    what = (f"small requests (one-record Produce v9 + flush), {args.requests} counted after {args.warmup}"
+            if args.workload == "small" else f"consume of {args.records} x {RECORD_SIZE} B, counted per MB")
+    unit = "request" if args.workload == "small" else "MB consumed"
+    print(f"{what}; {'no authorizer' if not args.acls else f'StandardAuthorizer, {args.acls} ACLs'}; work = {head}"
           f"{' + uncommitted changes' if dirty else ''}; load {load_text()}", flush=True)
     with scratch("kgw-opcodes-") as (work, procs), tempfile.TemporaryDirectory(prefix="kgw-opcodes-tree-") as tmp:
         tansu, port = start_tansu(work)
@@ -133,12 +153,12 @@ def main() -> int:
         results["work"] = _by_function(counts, None)
         threads["work"] = _threads(counts)
     for side, by_thread in threads.items():
-        print(f"{side}: {sum(by_thread.values()):.0f} bytecodes per request ("
+        print(f"{side}: {sum(by_thread.values()):.0f} bytecodes per {unit} ("
               + ", ".join(f"{t} {v:.0f}" for t, v in sorted(by_thread.items(), key=lambda kv: -kv[1]) if v >= 1) + ")")
     if "base" in results:
         b, w = sum(threads["base"].values()), sum(threads["work"].values())
         print(f"work / base: {w / b:.3f}")
-    print(f"\nthe {args.top} functions executing most bytecodes per request" + (" (base -> work)" if "base" in results else ""))
+    print(f"\nthe {args.top} functions executing most bytecodes per {unit}" + (" (base -> work)" if "base" in results else ""))
     names = sorted(set().union(*results.values()), key=lambda k: -max(r.get(k, 0) for r in results.values()))
     for name in names[:args.top]:
         print("  " + " -> ".join(f"{r.get(name, 0):7.1f}" for r in results.values()) + f"  {name}")
