@@ -525,11 +525,12 @@ class StandardDecisionMemo(DecisionMemo):
     is still so and while the authorizer holds the snapshot it was decided in (its ACLs, super
     users, ``allow.everyone.if.no.acl.found``, readiness): every change swaps the snapshot, and
     the memo is emptied when it next remembers.  A decision is remembered with the snapshot
-    current when it began: one decided across a swap never answers.  Denials never are: they are logged and counted by :meth:`StandardAuthorizer.authorize`
-    each time.  What the memo answers is counted in the authorizer's metrics as ``authorize``
-    counts it.  Actions are held by identity (the request layer reuses one ``Action`` per
-    resource, operation and flags), at most :data:`MEMO_ACTIONS`.  One connection uses it from
-    one thread at a time; the snapshot reference it compares is swapped atomically."""
+    current when it began: one decided across a swap never answers.  Denials are never
+    remembered: :meth:`StandardAuthorizer.authorize` logs and counts them each time.  What the
+    memo answers is counted in the authorizer's metrics as ``authorize`` counts it.  Actions
+    are held by identity (the request layer reuses one ``Action`` per resource, operation and
+    flags), at most :data:`MEMO_ACTIONS`.  One connection uses it from one thread at a time;
+    the snapshot reference it compares is swapped atomically."""
 
     __slots__ = ("_authorizer", "_listener", "_principal", "_host", "_data", "_allowed")
 

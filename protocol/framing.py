@@ -44,7 +44,8 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Final
 
-__all__ = ["FrameDecoder", "FrameDecoderPython", "FrameError", "FrameTooLarge", "InvalidFrame", "NEED_DATA", "frame", "INITIAL_PARTIAL"]
+__all__ = ["FrameDecoder", "FrameDecoderPython", "FrameError", "FrameTooLarge", "InvalidFrame", "NEED_DATA", "frame",
+           "INITIAL_PARTIAL"]
 
 _LEN = struct.Struct(">i")
 #: kept for the configuration's sake: room beyond the bytes received (no longer used)
