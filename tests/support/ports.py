@@ -68,7 +68,9 @@ def free_port_base(offsets: tuple[int, ...] = (111,), host: str = HOST,
 
     The gateway serves upstream node N at ``broker_port_base + N``; tansu's
     node id is 111, so the default checks ``base + 111``.  The base itself is
-    not required to be free (it is not listened on).  The range stays below
+    not required to be free (it is not listened on), but it is never handed out
+    again: the configuration refuses any other port equal to it (node 0's port).
+    The range stays below
     the kernel's ephemeral range (32768+) so outgoing client connections
     cannot grab these ports between the check and the gateway's bind.
     """
@@ -77,9 +79,10 @@ def free_port_base(offsets: tuple[int, ...] = (111,), host: str = HOST,
     for _ in range(500):
         base = rng.randrange(low, high - top)
         ports = [base + o for o in offsets]
-        if any(p in _handed_out for p in ports):
+        if base in _handed_out or any(p in _handed_out for p in ports):
             continue
         if all(_can_bind(p, host) for p in ports):
             _handed_out.update(ports)
+            _handed_out.add(base)
             return base
     raise RuntimeError(f"could not find a free port base for offsets {offsets}")
