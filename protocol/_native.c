@@ -436,6 +436,28 @@ failed:
     return NULL;
 }
 
+/* The frame args[0] and the offset args[1] and version args[version_at] a walk is asked for:
+ * 1 with *view held (release it) and *off within it; 0 when the walk declines (not one
+ * contiguous buffer, or an offset outside it: the reference takes it); -1 with an error set. */
+static int walk_args(PyObject *const *args, Py_ssize_t version_at, Py_buffer *view, Py_ssize_t *off,
+                     long *version)
+{
+    *off = PyLong_AsSsize_t(args[1]);
+    if (*off == -1 && PyErr_Occurred())
+        return -1;
+    *version = PyLong_AsLong(args[version_at]);
+    if (*version == -1 && PyErr_Occurred())
+        return -1;
+    int got = contiguous(args[0], view);
+    if (got <= 0)
+        return got;
+    if (*off < 0 || *off > view->len) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
 static PyObject *walk_produce(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -444,24 +466,16 @@ static PyObject *walk_produce(PyObject *module, PyObject *const *args, Py_ssize_
     }
     if (TopicSpan == NULL)
         Py_RETURN_NONE;
-    Py_ssize_t off = PyLong_AsSsize_t(args[1]);
-    if (off == -1 && PyErr_Occurred())
-        return NULL;
     int flexible = PyObject_IsTrue(args[2]);
     if (flexible < 0)
         return NULL;
-    long version = PyLong_AsLong(args[3]);
-    if (version == -1 && PyErr_Occurred())
-        return NULL;
     Py_buffer view;
-    int got = contiguous(args[0], &view);
+    Py_ssize_t off;
+    long version;
+    int got = walk_args(args, 3, &view, &off, &version);
     if (got <= 0)
-        return got < 0 ? NULL : Py_NewRef(Py_None);  /* not one contiguous buffer: the reference takes it */
-    PyObject *shape;
-    if (off < 0 || off > view.len)
-        shape = Py_NewRef(Py_None);
-    else
-        shape = walk(args[0], (const unsigned char *)view.buf, view.len, off, flexible, version);
+        return got < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *shape = walk(args[0], (const unsigned char *)view.buf, view.len, off, flexible, version);
     PyBuffer_Release(&view);
     return shape;
 }
@@ -524,21 +538,14 @@ static PyObject *produce_response_tags(PyObject *module, PyObject *const *args, 
         PyErr_SetString(PyExc_TypeError, "produce_response_tags(frame, offset, version)");
         return NULL;
     }
-    Py_ssize_t off = PyLong_AsSsize_t(args[1]);
-    if (off == -1 && PyErr_Occurred())
-        return NULL;
-    long version = PyLong_AsLong(args[2]);
-    if (version == -1 && PyErr_Occurred())
-        return NULL;
     Py_buffer view;
-    int got = contiguous(args[0], &view);
+    Py_ssize_t off;
+    long version;
+    int got = walk_args(args, 2, &view, &off, &version);
     if (got <= 0)
-        return got < 0 ? NULL : Py_NewRef(Py_None);  /* not one contiguous buffer: the reference takes it */
-    int found = -1;
-    if (off >= 0 && off <= view.len) {
-        Cursor c = {(const unsigned char *)view.buf, view.len, off};
-        found = response_tags_at(&c, version);
-    }
+        return got < 0 ? NULL : Py_NewRef(Py_None);
+    Cursor c = {(const unsigned char *)view.buf, view.len, off};
+    int found = response_tags_at(&c, version);
     PyBuffer_Release(&view);
     if (found < 0)
         Py_RETURN_NONE;

@@ -136,18 +136,11 @@ class _FrameCursorPython:
         self._pos = len(chunk)
         return NEED_DATA
 
-    # the decoder's (_Decoder), called for what is not the usual case
-    def materialize(self) -> None:
-        raise NotImplementedError
-
-    def _start_partial(self, head: memoryview | bytes, size: int | None) -> None:
-        raise NotImplementedError
-
-    def _check(self, size: int) -> None:
-        raise NotImplementedError
-
-    def _continue(self) -> "memoryview | _NeedData":
-        raise NotImplementedError
+    if TYPE_CHECKING:  # the decoder's (_Decoder), called for what is not the usual case
+        def materialize(self) -> None: ...
+        def _start_partial(self, head: memoryview | bytes, size: int | None) -> None: ...
+        def _check(self, size: int) -> None: ...
+        def _continue(self) -> "memoryview | _NeedData": ...
 
 
 try:  # the cursor in C, built by pip where a compiler is found (setup.py)
