@@ -693,6 +693,18 @@ static PyMethodDef cursor_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* (len(_chunk) - _pos) + _fill: the data planes ask after every read */
+static PyObject *cursor_buffered(FrameCursor *self, void *closure)
+{
+    Py_buffer *view = chunk_buffer(self);
+    return view == NULL ? NULL : PyLong_FromSsize_t(view->len - self->pos + self->fill);
+}
+
+static PyGetSetDef cursor_getset[] = {
+    {"buffered", (getter)cursor_buffered, NULL, "Bytes received but not yet returned as frames.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMemberDef cursor_members[] = {
     {"_chunk", T_OBJECT_EX, offsetof(FrameCursor, chunk), 0, "the unread tail's chunk"},
     {"_pos", T_PYSSIZET, offsetof(FrameCursor, pos), 0, "where the unread tail begins"},
@@ -710,6 +722,7 @@ static PyType_Slot cursor_slots[] = {
     {Py_tp_init, cursor_init},
     {Py_tp_methods, cursor_methods},
     {Py_tp_members, cursor_members},
+    {Py_tp_getset, cursor_getset},
     {0, NULL},
 };
 

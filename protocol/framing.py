@@ -100,6 +100,11 @@ class _FrameCursorPython:
     limit: int
     deferred: bool
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return (len(self._chunk) - self._pos) + self._fill
+
     def receive_data(self, data: bytes) -> None:
         """Feed bytes read from the peer.  Call only after NEED_DATA."""
         if self.deferred:
@@ -176,6 +181,8 @@ class _Decoder:
         copied: int
         defer_from: int
 
+        @property
+        def buffered(self) -> int: ...
         def next_frame(self) -> "memoryview | _NeedData": ...
         def receive_data(self, data: bytes) -> None: ...
 
@@ -200,11 +207,6 @@ class _Decoder:
         #: or let be (it is then allocated as usual); 0: never
         self.defer_from = 0
         self.deferred = False
-
-    @property
-    def buffered(self) -> int:
-        """Bytes received but not yet returned as frames."""
-        return (len(self._chunk) - self._pos) + self._fill
 
     @property
     def to_come(self) -> int:

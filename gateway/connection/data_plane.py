@@ -399,16 +399,23 @@ class DataPlane:
             self._read_upstream(lane)
 
     def _read_client(self, lane: Lane) -> None:
+        # (a client's decoder is untrusted: it takes what arrives as it comes, it has no frame
+        # allocated to read into, so this is _receive without asking for one)
         dec = lane.cdec
         to_come = dec.to_come  # the rest of a large request: in fewer reads (and turns)
-        n = _receive(lane.cfd, dec, _RECV if to_come <= _RECV else min(to_come, _RECV_FRAME))
-        if n == 0:
+        try:
+            data = os.read(lane.cfd, _RECV if to_come <= _RECV else min(to_come, _RECV_FRAME))
+        except BlockingIOError:
+            return
+        except ConnectionError:
+            data = b""
+        if not data:
             self._end(lane, ("eof", dec.buffered if dec.in_frame else 0))
             return
-        if n > 0:
-            lane.n_in += n
-            lane.conn.last_read = time.monotonic()
-            self._process_client(lane)
+        dec.receive_data(data)
+        lane.n_in += len(data)
+        lane.conn.last_read = time.monotonic()
+        self._process_client(lane)
 
     def _process_client(self, lane: Lane) -> None:
         """Write what waits for the upstream, then dispatch buffered client frames and write
@@ -442,12 +449,14 @@ class DataPlane:
                 lane.backlog = True
                 budget -= 1
                 outcome = conn.dispatch(frame, uout)
+                if outcome is False:  # forwarded (the usual outcome)
+                    continue
                 if outcome is True:
                     answered = True
                 elif type(outcome) is NeedThrottle:  # over a quota: held here, the answers still read
                     lane.held = outcome
                     break
-                elif outcome is not False:  # an Await: performed on the connection's Trio task
+                else:  # an Await: performed on the connection's Trio task
                     lane.paused = True
                     lane.post(("await", outcome))
                     break
@@ -636,28 +645,30 @@ class DataPlane:
     def _set_masks(self, lane: Lane) -> None:
         if lane.closed:
             return
-        sp = lane.splicing
+        cout, uout, sp = lane.cout, lane.uout, lane.splicing
         if sp is not None:  # (never paused: nothing is dispatched meanwhile)
-            waits = lane.cout or sp.in_pipe
+            waits = cout or sp.in_pipe
             umask = _IN if (sp.moving and sp.in_pipe < sp.capacity) or (sp.need and not waits) else 0
-            if lane.uout:
+            if uout:
                 umask |= _OUT
             cmask = _OUT if waits else 0
         elif lane.paused:
             cmask = umask = 0
         else:
             conn = lane.conn
-            can_take = (not lane.uout and len(conn.pending) < conn.max_in_flight and not lane.draining
-                        and conn.unsent < conn.max_unsent and lane.held is None)
-            # frames still buffered from the last read: served from the ready list, not the socket
-            cmask = _IN if can_take and not lane.backlog else 0
-            if can_take and lane.backlog:
+            if (uout or lane.draining or lane.held is not None or len(conn.pending) >= conn.max_in_flight
+                    or conn.unsent >= conn.max_unsent):
+                cmask = 0  # it takes no request now
+            elif lane.backlog:  # frames still buffered from the last read: served from the ready list, not the socket
+                cmask = 0
                 self._requeue(lane)
-            umask = 0 if lane.cout else _IN
-            if lane.uout:
-                umask |= _OUT
-        if lane.cout:
-            cmask |= _OUT if not lane.paused else 0
+            else:
+                cmask = _IN
+            if cout:
+                cmask |= _OUT
+                umask = _OUT if uout else 0
+            else:
+                umask = _IN | _OUT if uout else _IN
         if cmask != lane.cmask:  # (after most events neither mask changes)
             self._apply(lane.cfd, lane.cmask, cmask)
             lane.cmask = cmask
