@@ -34,7 +34,8 @@ Then it measures with confluent-kafka, on each side:
 2. consume throughput (assign offset 0, read every record of one produced topic);
 3. p50/p99 latency of one-record produce requests, each followed by ``flush()``: side by
    side (each side alone, best of the repeats) and interleaved (every side in turn, request
-   by request, median of the repeats: all sides see the same moments of a noisy machine);
+   by request, in an order shuffled every round, median of the repeats: all sides see the
+   same moments of a noisy machine);
 4. RSS of each kgw process before and with 1,000 idle client connections (raw TCP,
    one ApiVersions round trip each, then left open; one gateway at a time).
 
@@ -219,10 +220,10 @@ def run(args) -> Results:
                 print(f"  latency  {side:9} #{i}: p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  "
                       f"(gateway cpu {per_req:.0f} us/request)", flush=True)
 
-        # 3b. the same latency workload interleaved: every side in turn, request by request
+        # 3b. the same latency workload interleaved: every side in turn (shuffled), request by request
         for i in range(args.repeat):
             r = produce_latency_interleaved(boot, "bench-latency", args.latency_requests, args.latency_warmup,
-                                            args.acks)
+                                            args.acks, seed=i + 1)
             res.runs["interleaved"].append({"repeat": i, **{f"{s}_{k}": v for s in sides for k, v in r[s].items()}})
             print(f"  interleaved #{i}: " + ", ".join(f"{s} p50 {r[s]['p50_ms']:.3f} ms" for s in sides), flush=True)
 

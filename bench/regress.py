@@ -18,7 +18,7 @@ of ``--rounds`` rounds, in an order that alternates from round to round:
 * consume throughput of one partition (``fetch.max.bytes`` 64 MiB, ``max.partition.fetch.bytes``
   16 MiB: large Fetch responses) and its gateway CPU seconds;
 * small requests: one-record produces each followed by ``flush()``, one request per side in
-  turn (``produce_latency_interleaved``), p50 and p99, and the gateway's CPU per request
+  turn, in a shuffled order (``produce_latency_interleaved``), p50 and p99, and the gateway's CPU per request
   (micro-seconds).
 
 CPU is read per thread in nanoseconds (``bench_common.CpuMeter``), from /proc's clock ticks only
@@ -116,7 +116,7 @@ def main() -> int:
                             create_topics(gw.bootstrap, [topic])
                         meters = {s: CpuMeter(g.process.pid) for s, g in sides.items()}
                         latency = produce_latency_interleaved({s: g.bootstrap for s, g in sides.items()}, topic,
-                                                              args.latency, 100, "1")
+                                                              args.latency, 100, "1", seed=r + 1)
                         for side in sides:
                             figures[side]["small_p50_ms"] = latency[side]["p50_ms"]
                             figures[side]["small_p99_ms"] = latency[side]["p99_ms"]

@@ -1,0 +1,49 @@
+"""Loaded by a kgw process that bench/latency_parts.py starts (this folder first on its
+PYTHONPATH): takes out the parts of the request path named in ``$KGW_WHATIF`` (comma-separated),
+to measure what each costs a live request.  A what-if for measuring only: it weakens what kgw
+checks, and nothing happens unless ``KGW_WHATIF`` is set.
+
+* ``forward-only``: a Produce request on the data plane is parsed (header), routed and given its
+  slot, nothing else: no inspection, no enforcement, no request counter;
+* ``allow-free``: ``AuthHelper.allowed`` answers True without deciding (no memo, no metrics);
+* ``no-authz-metrics``: the authorizer's metrics record nothing."""
+
+import os
+
+_WHATIF = {w for w in os.environ.get("KGW_WHATIF", "").split(",") if w}
+
+if _WHATIF:
+    import authz.metrics
+    import gateway.connection.core
+    import protocol.auth_helper
+    from protocol.headers import parse_request_header
+
+    unknown = _WHATIF - {"forward-only", "allow-free", "no-authz-metrics"}
+    if unknown:
+        raise SystemExit(f"KGW_WHATIF: unknown {sorted(unknown)}")
+
+    if "forward-only" in _WHATIF:
+        class _Forwarded:
+            expects_response = True
+            broker_wait_s = 0.0
+
+        _FORWARDED = _Forwarded()
+        _dispatch = gateway.connection.core.ConnectionCore.dispatch
+
+        def _forward_only(self, frame, to_upstream):
+            if frame[4] == 0 and frame[5] == 0 and self.lane is not None and self.gw.advertised_cached is not None:
+                header = parse_request_header(frame[4:])
+                route = self._routes.get(header.api_key * 65536 + header.api_version)
+                if route is not None:
+                    self._track(header, route[1], _FORWARDED, None, len(frame))
+                    to_upstream.append(frame)
+                    return False
+            return _dispatch(self, frame, to_upstream)
+
+        gateway.connection.core.ConnectionCore.dispatch = _forward_only
+
+    if "allow-free" in _WHATIF:
+        protocol.auth_helper.AuthHelper.allowed = lambda self, *args, **kwargs: True
+
+    if "no-authz-metrics" in _WHATIF:
+        authz.metrics.AuthorizerMetrics.record = lambda self, *args, **kwargs: None
