@@ -104,13 +104,6 @@ class AuthHelper:
                                                              h.correlation_id)
         return context  # type: ignore[return-value]
 
-    def _allowed_one(self, action: Action) -> bool:
-        """``authorize`` of one action (an authorizer is set): from the memo when it knows it."""
-        memo = self.memo
-        if memo is None:
-            return self.authorizer.authorize(self.context, (action,))[0] is _ALLOWED  # type: ignore[union-attr]
-        return memo.allows(action) or memo.decide(self.context, action)
-
     def record_change(self, operation: str, resource: str, change: str) -> None:
         """A change of security state this request made (:class:`authz.audit.ChangeLog`)."""
         if self.changes is not None:
@@ -118,9 +111,14 @@ class AuthHelper:
 
     def allowed(self, resource_type: ResourceType, name: str, op: AclOperation,
                 log_if_allowed: bool = True, log_if_denied: bool = True, ref_count: int = 1) -> bool:
+        """``authorize`` of one action: from the memo when it knows it."""
         if self.authorizer is None:
             return True
-        return self._allowed_one(_action(resource_type, name, op, ref_count, log_if_allowed, log_if_denied))
+        action = _action(resource_type, name, op, ref_count, log_if_allowed, log_if_denied)
+        memo = self.memo
+        if memo is None:
+            return self.authorizer.authorize(self.context, (action,))[0] is _ALLOWED
+        return memo.allows(action) or memo.decide(self.context, action)
 
     def cluster(self, op: AclOperation, log_if_allowed: bool = True, log_if_denied: bool = True) -> bool:
         return self.allowed(ResourceType.CLUSTER, CLUSTER_NAME, op, log_if_allowed, log_if_denied)
@@ -137,8 +135,7 @@ class AuthHelper:
             return set(names)
         if len(names) == 1:  # the usual Produce or Fetch: one topic
             ((name, count),) = names.items()
-            return {name} if self._allowed_one(_action(resource_type, name, op, count, log_if_allowed,
-                                                       log_if_denied)) else set()
+            return {name} if self.allowed(resource_type, name, op, log_if_allowed, log_if_denied, count) else set()
         ordered = list(names.items())
         actions = [_action(resource_type, name, op, count, log_if_allowed, log_if_denied) for name, count in ordered]
         results = self.authorizer.authorize(self.context, actions)
