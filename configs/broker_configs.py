@@ -284,6 +284,8 @@ def gateway_config_defs(config: Any, reconfigurable: Collection[str] = ()) -> tu
                   "131072", source_path="io.splice_min_bytes"), config.io.splice_min_bytes)
     add(ConfigDef("data.plane.splice.pipes", ConfigType.INT, "Kernel pipes kept for moving record sets.", "64",
                   source_path="io.splice_pipes"), config.io.splice_pipes)
+    add(ConfigDef("data.plane.cpus", ConfigType.LIST, "CPUs the data-plane thread runs on; empty = any.", "",
+                  source_path="io.data_plane_cpus"), ",".join(str(cpu) for cpu in config.io.data_plane_cpus))
     admin = config.admin
     add(ConfigDef("admin.listener", ConfigType.STRING, "Admin HTTP endpoint (host:port); empty = disabled.",
                   "127.0.0.1:9190", source_path="admin.host,admin.port"),

@@ -385,6 +385,11 @@ class IoConfig:
     splice_pipes: int = 64
     """Kernel pipes kept for that (two file descriptors and up to 1 MiB of buffered bytes
     each); a response that finds none free is read and written as usual."""
+    data_plane_cpus: tuple[int, ...] = ()
+    """The CPUs (Linux numbers) the data-plane thread runs on, as HAProxy's ``cpu-map``;
+    empty: wherever the scheduler puts it.  Kept on its CPUs, the thread finds its code and
+    data still in their caches at the next request; on a shared CPU it waits for whatever else
+    runs there.  Every worker process's thread gets the same set."""
 
 
 @_model

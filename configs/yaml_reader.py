@@ -373,7 +373,9 @@ def _limits(ctx: _Ctx, r: _Reader) -> LimitsConfig:
 def _io(ctx: _Ctx, r: _Reader) -> IoConfig:
     return IoConfig(data_plane_thread=r("data_plane_thread", _bool, True),
                     splice_min_bytes=r("splice_min_bytes", _int(0), 131072),
-                    splice_pipes=r("splice_pipes", _int(0), 64))
+                    splice_pipes=r("splice_pipes", _int(0), 64),
+                    data_plane_cpus=r("data_plane_cpus", _list(_int(0, None, "a CPU number (0 or more)"),
+                                                               nonempty=False, unique=True), ()))
 
 
 @_section(AdminConfig)

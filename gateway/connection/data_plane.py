@@ -40,7 +40,9 @@ awaited step, gateway shutdown) it unregisters both descriptors and then tells t
 Trio task, which logs, counts and closes exactly as on the Trio path.
 
 The thread adds no parallelism (the GIL): what it removes is the scheduler
-pass, the task switch and the per-wait epoll_ctl of every request.  A
+pass, the task switch and the per-wait epoll_ctl of every request.  With
+``io.data_plane_cpus`` it runs on those CPUs only, where its code and data are
+still in the caches at the next request (docs/operations.md).  A
 request's counter is incremented right after it was written upstream
 (``deferred``: before its response can be read, so before the client can see
 it); the upstream latency is observed before the response is written; byte
@@ -130,9 +132,11 @@ def on_trio_thread() -> bool:
 class DataPlane:
     """The epoll thread.  :meth:`run` is the thread's body; the other public methods are thread-safe."""
 
-    def __init__(self, splice_min: int = 0, pipes: int = 0) -> None:
+    def __init__(self, splice_min: int = 0, pipes: int = 0, cpus: tuple[int, ...] = ()) -> None:
         #: record sets of a Fetch response with this many bytes still to come are spliced (0: never)
         self._splice_min = splice_min
+        #: the CPUs :meth:`run` keeps its thread on (``io.data_plane_cpus``; empty: any)
+        self._cpus = cpus
         self.pipes = PipePool(pipes if splice_min > 0 else 0)
         self._ep = select.epoll()
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -182,7 +186,14 @@ class DataPlane:
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
         poll, lanes, commands, ready = self._ep.poll, self._lanes, self._commands, self._ready
+        # (the thread is lent by Trio's thread cache: its CPUs are given back when run returns)
+        lent_cpus = os.sched_getaffinity(0) if self._cpus else None
         try:
+            if self._cpus:
+                try:
+                    os.sched_setaffinity(0, self._cpus)  # (0: this thread, on Linux)
+                except OSError as e:
+                    raise RuntimeError(f"io.data_plane_cpus {list(self._cpus)}: {e}") from None
             while not self._stop:
                 self.turns += 1
                 timeout = 0 if ready else (_TICK if lanes else -1)
@@ -244,6 +255,8 @@ class DataPlane:
             with self._wake_lock:
                 os.close(self._wake)
                 self._wake = -1
+            if lent_cpus is not None:
+                os.sched_setaffinity(0, lent_cpus)
 
     def _guarded(self, lane: Lane, fn, *args) -> None:
         try:

@@ -3,7 +3,8 @@
 The YAML reader (configs/yaml_reader.py) checks shapes and values; this module checks what
 needs the machine: the authorizer and its configs (``super.users`` principals), principal
 builders and alter-configs policies import and configure, certificate and key files are
-readable and match, the metadata location is usable, and the ports to bind are free.  It
+readable and match, the metadata location is usable, the data-plane thread's CPUs exist, and
+the ports to bind are free.  It
 builds the same objects start-up builds (``load_authorizer``, ``server_ssl_context``, ...),
 so a configuration it passes does not fail at start-up for any of these reasons, except a
 port taken in between.
@@ -95,6 +96,7 @@ def problems(config: Any, *, ports: bool = True) -> list[Problem]:
         found.append(Problem("alter_configs_policy", str(e).replace("\n", "; ")))
     found += _metadata_problems(config.metadata)
     found += _host_limit_problems(config.limits.max_connections_per_ip_overrides)
+    found += _cpu_problems(config.io.data_plane_cpus)
     if ports:
         for i, lc in enumerate(config.listeners):
             if lc.port:
@@ -188,6 +190,20 @@ def _host_limit_problems(overrides: Any) -> list[Problem]:
             found.append(Problem(f'limits.max_connections_per_ip_overrides["{host}"]',
                                  f"cannot resolve {host}: {e.strerror or e}"))
     return found
+
+
+def _cpu_problems(cpus: tuple[int, ...]) -> list[Problem]:
+    """The data-plane thread's CPUs must be ones this process may run on."""
+    if not cpus:
+        return []
+    if not hasattr(os, "sched_setaffinity"):
+        return [Problem("io.data_plane_cpus", "CPU affinity is not supported on this platform")]
+    allowed = os.sched_getaffinity(0)
+    missing = sorted(set(cpus) - allowed)
+    if missing:
+        return [Problem("io.data_plane_cpus", f"CPU {', '.join(map(str, missing))} not available to this process "
+                        f"(it may run on {', '.join(map(str, sorted(allowed)))})")]
+    return []
 
 
 def _metadata_problems(md: Any) -> list[Problem]:

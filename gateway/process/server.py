@@ -343,7 +343,8 @@ class Gateway:
 
     async def _run_data_plane(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """The data-plane thread lives as long as this task; its failure fails the gateway."""
-        plane = DataPlane(splice_min=self.config.io.splice_min_bytes, pipes=self.config.io.splice_pipes)
+        io = self.config.io
+        plane = DataPlane(splice_min=io.splice_min_bytes, pipes=io.splice_pipes, cpus=io.data_plane_cpus)
         done = trio.Event()
 
         async def stop_when_cancelled() -> None:

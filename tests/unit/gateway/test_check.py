@@ -241,3 +241,24 @@ def test_workers_are_given_the_same_overrides():
     argv = Supervisor("/etc/kgw.yaml", None, 2, ["admin.port=0", "listeners[0].port=19092"])._argv(1)
     assert argv[argv.index("--config"):] == ["--config", "/etc/kgw.yaml", "--set", "admin.port=0", "--set",
                                              "listeners[0].port=19092", "--worker-index", "1"]
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_data_plane_cpus_must_be_cpus_this_process_may_use(tmp_path, capsys, command):
+    import os
+
+    allowed = sorted(os.sched_getaffinity(0))
+    absent = max(allowed) + 1000
+    path = _write(tmp_path, io={"data_plane_cpus": [allowed[0], absent]})
+    rc, errors = _errors(capsys, [command, "--config", path])
+    assert rc == 2
+    assert errors == [f"{path}: io.data_plane_cpus: CPU {absent} not available to this process "
+                      f"(it may run on {', '.join(map(str, allowed))})"]
+    path = _write(tmp_path, io={"data_plane_cpus": [-1, "one", allowed[0], allowed[0]]})
+    rc, errors = _errors(capsys, [command, "--config", path])
+    assert rc == 2
+    assert errors == [f"{path}: io.data_plane_cpus[0]: must be a CPU number (0 or more), got -1",
+                      f'{path}: io.data_plane_cpus[1]: must be a CPU number (0 or more), got "one"',
+                      f"{path}: io.data_plane_cpus[3]: duplicate {allowed[0]}"]
+    path = _write(tmp_path, io={"data_plane_cpus": [allowed[-1]]})
+    assert main(["check", "--config", path]) == 0
