@@ -94,6 +94,12 @@ def start_tansu(log_dir: Path, *, advertised_port: int | None = None) -> tuple[M
     return broker.process, broker.port
 
 
+def pin_threads(pid: int, cpus: set[int]) -> None:
+    """Keep every thread of process ``pid`` on ``cpus`` (HAProxy's ``cpu-map``, applied from outside)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), cpus)
+
+
 def start_haproxy_broker(log_dir: Path, procs: list) -> tuple[ManagedProcess, str, str]:
     """HAProxy from Debian in TCP mode in front of a tansu of its own that advertises HAProxy's port
     (a client connects to the address its broker advertises, so a broker that others reach
