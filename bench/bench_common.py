@@ -94,6 +94,25 @@ def start_tansu(log_dir: Path, *, advertised_port: int | None = None) -> tuple[M
     return broker.process, broker.port
 
 
+@contextlib.contextmanager
+def environment(**values: str | None):
+    """These environment variables set (None: unset) for the block, as they were after it."""
+    saved = {k: os.environ.get(k) for k in values}
+
+    def put(items) -> None:
+        for k, v in items:
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    put(values.items())
+    try:
+        yield
+    finally:
+        put(saved.items())
+
+
 def pin_threads(pid: int, cpus: set[int]) -> None:
     """Keep every thread of process ``pid`` on ``cpus`` (HAProxy's ``cpu-map``, applied from outside)."""
     for task in Path(f"/proc/{pid}/task").iterdir():

@@ -32,8 +32,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_common import (create_topics, load_text, produce_latency_interleaved, scratch, seed_acls,  # noqa: E402
-                          start_haproxy_broker, start_kgw, start_tansu, tree_state)
+from bench_common import (create_topics, environment, load_text, produce_latency_interleaved,  # noqa: E402
+                          scratch, seed_acls, start_haproxy_broker, start_kgw, start_tansu, tree_state)
 
 _AUTHZ = 'authorizer: {class_name: "authz.standard_authorizer:StandardAuthorizer", config: {}}\n'
 
@@ -63,18 +63,10 @@ def main() -> int:
             if kind == "authz":
                 meta = work / f"gw{i}-meta"
                 shutil.copytree(seeded, meta)
-            saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "KGW_WHATIF")}
-            if whatif:
-                os.environ["PYTHONPATH"] = str(HERE / "whatif")  # (start_kgw puts the checkout first)
-                os.environ["KGW_WHATIF"] = whatif.replace("+", ",")
-            try:
+            # (start_kgw puts the checkout first on the PYTHONPATH)
+            with environment(PYTHONPATH=str(HERE / "whatif") if whatif else os.environ.get("PYTHONPATH"),
+                             KGW_WHATIF=whatif.replace("+", ",") or None):
                 proc, kgw_port = start_kgw(work, port, f"gw{i}", _AUTHZ if kind == "authz" else "", meta_dir=meta)
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
             procs.append(proc)
             sides[f"{i}:{side}"] = f"127.0.0.1:{kgw_port}"
         topic = f"bench-latency-parts-{time.monotonic_ns()}"

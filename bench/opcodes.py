@@ -39,7 +39,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_common import (REPO, RECORD_SIZE, consume_throughput, create_topics, load_text,  # noqa: E402
+from bench_common import (REPO, RECORD_SIZE, consume_throughput, create_topics, environment, load_text,  # noqa: E402
                           produce_latency, produce_throughput, scratch, seed_acls, start_tansu, tree_state,
                           worktree)
 from tests.support.cluster import base_gateway_config, deep_merge, launch_gateway  # noqa: E402
@@ -69,17 +69,9 @@ def measure(name: str, code: Path | None, work: Path, tansu_port: int, args) -> 
         seed_acls(meta, args.acls)
         extra["authorizer"] = {"class_name": "authz.standard_authorizer:StandardAuthorizer"}
     config = deep_merge(base_gateway_config(f"127.0.0.1:{tansu_port}", meta), extra)
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "KGW_OPCOUNT")}
-    os.environ["PYTHONPATH"] = str(HERE / "opcount")  # (launch_gateway puts the code's checkout first)
-    os.environ["KGW_OPCOUNT"] = str(out)
-    try:
+    # (launch_gateway puts the code's checkout first on the PYTHONPATH)
+    with environment(PYTHONPATH=str(HERE / "opcount"), KGW_OPCOUNT=str(out)):
         gw = launch_gateway(name, config, work, code=code)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     try:
         os.kill(gw.process.pid, signal.SIGUSR2)
         topic = f"bench-opcodes-{name}-{time.monotonic_ns()}"

@@ -3,11 +3,10 @@
 The YAML reader (configs/yaml_reader.py) checks shapes and values; this module checks what
 needs the machine: the authorizer and its configs (``super.users`` principals), principal
 builders and alter-configs policies import and configure, certificate and key files are
-readable and match, the metadata location is usable, the data-plane thread's CPUs exist, and
-the ports to bind are free.  It
-builds the same objects start-up builds (``load_authorizer``, ``server_ssl_context``, ...),
-so a configuration it passes does not fail at start-up for any of these reasons, except a
-port taken in between.
+readable and match, the metadata location is usable, the data-plane thread's CPUs are ones
+the process may use, and the ports to bind are free.  It builds the same objects start-up
+builds (``load_authorizer``, ``server_ssl_context``, ...), so a configuration it passes does
+not fail at start-up for any of these reasons, except a port taken in between.
 
 Each problem names its key path, as the YAML reader's errors do.
 """
