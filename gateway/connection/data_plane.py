@@ -412,23 +412,16 @@ class DataPlane:
             self._read_upstream(lane)
 
     def _read_client(self, lane: Lane) -> None:
-        # (a client's decoder is untrusted: it takes what arrives as it comes, it has no frame
-        # allocated to read into, so this is _receive without asking for one)
         dec = lane.cdec
         to_come = dec.to_come  # the rest of a large request: in fewer reads (and turns)
-        try:
-            data = os.read(lane.cfd, _RECV if to_come <= _RECV else min(to_come, _RECV_FRAME))
-        except BlockingIOError:
-            return
-        except ConnectionError:
-            data = b""
-        if not data:
+        n = _receive(lane.cfd, dec, _RECV if to_come <= _RECV else min(to_come, _RECV_FRAME))
+        if n == 0:
             self._end(lane, ("eof", dec.buffered if dec.in_frame else 0))
             return
-        dec.receive_data(data)
-        lane.n_in += len(data)
-        lane.conn.last_read = time.monotonic()
-        self._process_client(lane)
+        if n > 0:
+            lane.n_in += n
+            lane.conn.last_read = time.monotonic()
+            self._process_client(lane)
 
     def _process_client(self, lane: Lane) -> None:
         """Write what waits for the upstream, then dispatch buffered client frames and write
@@ -702,7 +695,8 @@ class DataPlane:
 def _receive(fd: int, decoder: FrameDecoder, size: int = _RECV) -> int:
     """Read what is available (up to ``size`` unless a frame is being received into) into
     ``decoder``; 0 at end of stream, -1 if nothing was there."""
-    space = decoder.partial_space()
+    # (only a trusted peer's decoder allocates a frame to read into: a client's never asks)
+    space = decoder.partial_space() if decoder.trusted else None
     try:
         if space is not None and len(space) >= _RECV_INTO_MIN:
             n = os.readv(fd, (space,))

@@ -25,8 +25,6 @@ class Lane:
 
     def __init__(self, conn: "ConnectionCore", cfd: int, ufd: int, client_decoder: FrameDecoder,
                  upstream_frames: list, post: Callable[[tuple], None]) -> None:
-        if client_decoder.trusted:  # (DataPlane._read_client reads as for an untrusted peer)
-            raise ValueError("a client's frame decoder is never trusted")
         self.conn = conn
         self.cfd = cfd
         self.ufd = ufd
