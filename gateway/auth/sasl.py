@@ -338,6 +338,11 @@ class SaslSession:
 
     # -- SaslHandshake --------------------------------------------------------------
 
+    @property
+    def lifetime_ms(self) -> int:
+        """The current session's lifetime as told to the client (0: it does not expire)."""
+        return self._lifetime_ms
+
     def expired(self, now: float) -> bool:
         """Whether the session's lifetime is over (KIP-368: the connection must be closed at
         the first request other than SaslHandshake/SaslAuthenticate)."""

@@ -400,7 +400,7 @@ class ConnectionCore:
         if session is not None and session.expires_at is not None and header.api_key not in (17, 36) and (
                 session.expired(time.monotonic())):
             raise CloseConnection(f"SASL session of {session.principal} expired: it did not re-authenticate "
-                                  f"(KIP-368) within {session.max_reauth_ms} ms", "authentication")
+                                  f"(KIP-368) within its session lifetime of {session.lifetime_ms} ms", "authentication")
         if session is not None and not session.authenticated:
             try:
                 session.gate(header.api_key)

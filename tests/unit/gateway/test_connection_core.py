@@ -214,7 +214,7 @@ def test_a_request_after_the_sasl_session_expired_closes_the_connection():
     gw = _gateway()
     _learn_versions(gw)
     core = _core(gw)
-    session = SimpleNamespace(expires_at=None, max_reauth_ms=1500, principal="User:alice", authenticated=True,
+    session = SimpleNamespace(expires_at=None, lifetime_ms=1500, principal="User:alice", authenticated=True,
                               expects_raw_token=False)
     session.expired = lambda now: session.expires_at is not None and now >= session.expires_at
     core.auth = SimpleNamespace(session=session, principal=None)
@@ -224,5 +224,5 @@ def test_a_request_after_the_sasl_session_expired_closes_the_connection():
     out: list = []
     assert core.dispatch(_produce("orders", 1), out) is False and len(out) == 1
     session.expires_at = time.monotonic() - 0.001
-    with pytest.raises(CloseConnection, match="did not re-authenticate"):
+    with pytest.raises(CloseConnection, match="did not re-authenticate .* session lifetime of 1500 ms"):
         core.dispatch(_produce("orders", 2), out)
