@@ -36,7 +36,7 @@ from authz.authorizer import Action, AuthorizableRequestContext, AuthorizationRe
 from protocol.headers import RequestHeader
 from protocol.topic_ids import TopicCache
 
-__all__ = ["AuthHelper"]
+__all__ = ["AuthHelper", "literal_action"]
 
 _ALLOWED = AuthorizationResult.ALLOWED
 
@@ -46,8 +46,10 @@ _ACTIONS: dict[tuple[Any, ...], Action] = {}
 _ACTIONS_MAX = 65536
 
 
-def _action(resource_type: ResourceType, name: str, op: AclOperation, count: int,
-            log_if_allowed: bool, log_if_denied: bool) -> Action:
+def literal_action(resource_type: ResourceType, name: str, op: AclOperation, count: int = 1,
+                   log_if_allowed: bool = True, log_if_denied: bool = True) -> Action:
+    """The one :class:`Action` on a LITERAL resource that :meth:`AuthHelper.allowed` asks about
+    (the same object each time: a decision memo holds actions by identity)."""
     key = (resource_type, name, op, count, log_if_allowed, log_if_denied)
     action = _ACTIONS.get(key)
     if action is None:
@@ -114,7 +116,7 @@ class AuthHelper:
         """``authorize`` of one action: from the memo when it knows it."""
         if self.authorizer is None:
             return True
-        action = _action(resource_type, name, op, ref_count, log_if_allowed, log_if_denied)
+        action = literal_action(resource_type, name, op, ref_count, log_if_allowed, log_if_denied)
         memo = self.memo
         if memo is None:
             return self.authorizer.authorize(self.context, (action,))[0] is _ALLOWED
@@ -137,7 +139,8 @@ class AuthHelper:
             ((name, count),) = names.items()
             return {name} if self.allowed(resource_type, name, op, log_if_allowed, log_if_denied, count) else set()
         ordered = list(names.items())
-        actions = [_action(resource_type, name, op, count, log_if_allowed, log_if_denied) for name, count in ordered]
+        actions = [literal_action(resource_type, name, op, count, log_if_allowed, log_if_denied)
+                   for name, count in ordered]
         results = self.authorizer.authorize(self.context, actions)
         return {name for (name, _), result in zip(ordered, results) if result is _ALLOWED}
 

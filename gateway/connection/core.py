@@ -388,7 +388,7 @@ class ConnectionCore:
         route = self._routes.get(key)
         if route is None:
             route = self._routes[key] = self._route(header.api_key, header.api_version, advertised)
-        kind, spec, counter, inspect = route
+        kind, spec, counter, inspect, sole = route
         self.client_id = header.client_id
         if kind is _UNKNOWN:
             raise CloseConnection(f"unknown api key {header.api_key}", "unknown_api")
@@ -400,7 +400,8 @@ class ConnectionCore:
         if session is not None and session.expires_at is not None and header.api_key not in (17, 36) and (
                 session.expired(time.monotonic())):
             raise CloseConnection(f"SASL session of {session.principal} expired: it did not re-authenticate "
-                                  f"(KIP-368) within its session lifetime of {session.lifetime_ms} ms", "authentication")
+                                  f"(KIP-368) within its session lifetime of {session.lifetime_ms} ms",
+                                  "authentication")
         if session is not None and not session.authenticated:
             try:
                 session.gate(header.api_key)
@@ -418,11 +419,16 @@ class ConnectionCore:
         # The common case, in line (every call saved here is saved on every request): a
         # forwarded request, inspected and enforced on this thread.
         info = self._inspected(spec, inspect, header, body)
-        decision = self._enforce(spec, self._auth_helper(header), header, body, info)
+        memo = self._memo
+        if (sole is not None and memo is not None and self._context.principal is self.principal
+                and (action := sole(header, info)) is not None and memo.allows(action)):
+            decision = FORWARD  # the usual request's whole enforcement, an allowance the memo holds
+        else:
+            decision = self._enforce(spec, self._auth_helper(header), header, body, info)
         if decision is not FORWARD or self._upstream is None:
             return self._decided(header, spec, info, body, frame, decision, to_upstream, False)
         if info.expects_response:
-            if len(self.pending) >= self.max_in_flight and self.lane is None:
+            if len(self.pending) >= self.max_in_flight and lane is None:
                 return self._forward(header, spec, info, frame, None, False, to_upstream)  # awaits space
             self._track(header, spec, info, None, len(frame))
         to_upstream.append(frame)
@@ -551,25 +557,27 @@ class ConnectionCore:
 
     def _route(self, api_key: int, api_version: int, advertised) -> tuple:
         """What :meth:`dispatch` needs of one (api, version), remembered per advertised table:
-        (kind, spec, request counter, inspector).  A forwarded API is inspected with its cheap
-        ``peek`` when nothing is authorized."""
+        (kind, spec, request counter, inspector, sole action).  A forwarded API is inspected with
+        its cheap ``peek`` when nothing is authorized, and its usual request's sole action
+        (:attr:`ApiSpec.sole_action`) is looked up in the decision memo when something is."""
         spec = REGISTRY.get(api_key)
         if spec is None:
-            return _UNKNOWN, None, None, None
+            return _UNKNOWN, None, None, None, None
         counter = self.metrics.request(self.listener_name, spec.name)
         if api_key == 18:
-            return _API_VERSIONS, spec, counter, None
+            return _API_VERSIONS, spec, counter, None, None
         if api_key in SASL_KEYS:
-            return _SASL, spec, counter, None
+            return _SASL, spec, counter, None, None
         if advertised is None:
-            return _PENDING, spec, counter, None  # decided once the table is known
+            return _PENDING, spec, counter, None, None  # decided once the table is known
         allowed = advertised.get(api_key)
         if allowed is None or not allowed.min <= api_version <= allowed.max:
-            return _UNSUPPORTED, spec, counter, None
+            return _UNSUPPORTED, spec, counter, None, None
         if spec.answered_locally:
-            return _LOCAL, spec, counter, spec.inspect
-        inspect = spec.peek if spec.peek is not None and self.gw.authorizer is None else spec.inspect
-        return _FORWARDED, spec, counter, inspect
+            return _LOCAL, spec, counter, spec.inspect, None
+        if self.gw.authorizer is None:
+            return _FORWARDED, spec, counter, spec.peek if spec.peek is not None else spec.inspect, None
+        return _FORWARDED, spec, counter, spec.inspect, spec.sole_action
 
     def _unsupported(self, spec: ApiSpec, header: RequestHeader, allowed) -> CloseConnection:
         return CloseConnection(

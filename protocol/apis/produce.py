@@ -30,7 +30,8 @@ from kio.static.primitive import i32 as i32_
 from kio.static.primitive import i64 as i64_
 
 from authz.acl import AclOperation, ResourceType
-from protocol.auth_helper import AuthHelper
+from authz.authorizer import Action
+from protocol.auth_helper import AuthHelper, literal_action
 from protocol.errors import (
     INVALID_RECORD,
     TOPIC_AUTHORIZATION_FAILED,
@@ -298,7 +299,8 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
     transactional (the whole request fails otherwise), then TOPIC WRITE per topic (29 on each of a
     denied topic's partitions), then each allowed partition's records must be exactly one
     magic-v2 batch (:func:`check_batch`; 87 otherwise).  Only allowed, valid partitions go
-    upstream; the rest is answered by kgw and merged back in request order."""
+    upstream; the rest is answered by kgw and merged back in request order.  The usual request's
+    path through here is also :func:`_sole_action` (the dispatcher's shortcut): keep them in step."""
     if not auth.enabled:
         return FORWARD
     shape: ProduceShape = info.decoded
@@ -462,6 +464,25 @@ def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> by
     return encode(replace(response, node_endpoints=rewrite_node_list(response.node_endpoints, nodes)))
 
 
+def _sole_action(header: RequestHeader, info: RequestInfo) -> Action | None:
+    """The usual request (one topic, by name rather than by id; no transactional batch;
+    every batch valid): :func:`_enforce` asks TOPIC WRITE on that topic,
+    counted once per partition, and forwards the request as it is when it is allowed.  None
+    for any other shape."""
+    shape: ProduceShape = info.decoded
+    topics = shape.topics
+    if shape.transactional or shape.any_invalid or len(topics) != 1:
+        return None
+    t = topics[0]
+    name = t.name
+    if name is None:  # (v13+: named by id)
+        return None
+    return literal_action(_TOPIC, name, _WRITE, len(t.partitions))
+
+
+_TOPIC, _WRITE = ResourceType.TOPIC, AclOperation.WRITE
+
+
 def _peek(header: RequestHeader, frame: memoryview) -> RequestInfo:
     """Without an authorizer only ``acks`` and the timeout matter; the topics are not walked
     (the broker validates what it parses, as it would without kgw)."""
@@ -473,4 +494,5 @@ def _peek(header: RequestHeader, frame: memoryview) -> RequestInfo:
     return RequestInfo(expects_response=acks != 0, broker_wait_s=max(timeout_ms, 0) / 1000.0)
 
 
-SPECS = (ApiSpec(0, "Produce", _inspect, _rewrite, enforce=_enforce, peek=_peek, versions=(3, 13)),)
+SPECS = (ApiSpec(0, "Produce", _inspect, _rewrite, enforce=_enforce, peek=_peek, versions=(3, 13),
+                 sole_action=_sole_action),)

@@ -73,6 +73,7 @@ def _merge(base: ApiSpec | None, spec: ApiSpec) -> ApiSpec:
         answer=spec.answer or base.answer,
         peek=spec.peek or base.peek,
         stream_response=spec.stream_response or base.stream_response,
+        sole_action=spec.sole_action or base.sole_action,
     )
 
 
@@ -87,6 +88,8 @@ def _build() -> Mapping[int, ApiSpec]:
             table[key] = ApiSpec(key, _camel(name), inspect_decoded)
     for module in _MODULES:
         for spec in module.SPECS:
+            if spec.sole_action is not None and spec.enforce is None:  # it stands for that enforcement
+                raise RuntimeError(f"API {spec.api_key} ({spec.name}): a sole action without its enforcement")
             table[spec.api_key] = _merge(table.get(spec.api_key), spec)
     table[18] = ApiSpec(18, "ApiVersions", inspect_decoded, answered_locally=True, versions=(0, 4))
     for key, spec in list(table.items()):

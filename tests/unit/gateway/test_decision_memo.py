@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import timedelta
 
 import prometheus_client
 import pytest
+from kio.static.primitive import i16, i32
 
 from authz.acl import (AccessControlEntry, AclBinding, AclOperation, AclPermissionType, PatternType,
                        ResourcePattern, ResourceType)
@@ -19,11 +21,18 @@ from authz.audit import AUDIT_LOGGER_NAME
 from authz.authorizer import AuthorizableRequestContext
 from authz.principal import KafkaPrincipal
 from authz.standard_authorizer import MEMO_ACTIONS, StandardAuthorizer
-from protocol.auth_helper import _action
-from protocol.codecs import decode_response
-from tests.unit.gateway.test_connection_core import _core, _gateway, _learn_versions, _produce
+from protocol.auth_helper import literal_action as _action
+from gateway.connection.core import ConnectionCore
+from protocol.apis.base import RequestInfo
+from protocol.apis.produce import ProduceShape, TopicSpan
+from protocol.apis.registry import REGISTRY
+from protocol.codecs import decode_response, request_class
+from tests.support.kio_samples import record_batch
+from tests.unit.gateway.test_connection_core import _core, _frame, _gateway, _learn_versions, _produce
 
 TOPIC_AUTHORIZATION_FAILED = 29
+INVALID_RECORD = 87
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 def _write_acl(principal: str, topic: str) -> AclBinding:
@@ -184,3 +193,65 @@ def test_an_authorizer_deciding_its_own_way_gets_no_memo():
             return super().authorize(context, actions)
 
     assert Stricter().decision_memo(_context(KafkaPrincipal("User", "memo-sub"))) is None
+
+
+# -- the usual Produce, forwarded on the memo's word alone (ApiSpec.sole_action) -----------------
+
+def _produce_of(topics: dict[str, bytes], correlation_id: int, transactional_id: str | None = None) -> memoryview:
+    """A Produce v8 request: partition 0 of each topic carrying the given records."""
+    cls = request_class(0, 8)
+    topic_cls = cls.__dataclass_fields__["topic_data"].type.__args__[0]
+    part_cls = topic_cls.__dataclass_fields__["partition_data"].type.__args__[0]
+    body = cls(transactional_id=transactional_id, acks=i16(1), timeout=timedelta(seconds=1), topic_data=tuple(
+        topic_cls(name=name, partition_data=(part_cls(index=i32(0), records=records),))
+        for name, records in topics.items()))
+    return _frame(0, 8, correlation_id, body)
+
+
+def _remembered(topic: str):
+    """A connection whose principal may write ``topic`` and has done so twice (remembered); the
+    calls to ConnectionCore._auth_helper (the way into an API's enforcement) listed."""
+    gw, core, acl_id, calls, _ = _setup("User:memo-usual", topic)
+    out: list = []
+    assert core.dispatch(_produce(topic, 1), out) is False
+    assert core.dispatch(_produce(topic, 2), out) is False
+    return gw, core, acl_id, calls, out
+
+
+def test_the_usual_produce_goes_on_a_remembered_allowance_without_its_enforcement(monkeypatch):
+    helpers: list = []
+    real = ConnectionCore._auth_helper
+    monkeypatch.setattr(ConnectionCore, "_auth_helper", lambda self, *a: helpers.append(a) or real(self, *a))
+    _, core, _, calls, out = _remembered("memo-usual-orders")
+    frames = [_produce("memo-usual-orders", cid) for cid in range(3, 6)]
+    for frame in frames:
+        assert core.dispatch(frame, out) is False
+    assert len(helpers) == 1 and len(calls) == 1  # only the first request was enforced and decided
+    assert out[2:] == frames and all(sent is frame for sent, frame in zip(out[2:], frames))  # as they came
+
+
+@pytest.mark.parametrize("shape, records, error", [
+    ("two batches in one partition", record_batch(b"a") + record_batch(b"b"), INVALID_RECORD),
+    ("a transactional batch, its id not allowed", record_batch(b"t", producer_id=7, attributes=0x10),
+     TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+])
+def test_a_remembered_topic_write_does_not_carry_a_produce_of_another_shape(shape, records, error):
+    _, core, _, _, out = _remembered("memo-shapes")
+    transactional_id = "memo-shapes-txn" if error == TRANSACTIONAL_ID_AUTHORIZATION_FAILED else None
+    assert core.dispatch(_produce_of({"memo-shapes": records}, 3, transactional_id), out) is True, shape
+    assert _answered_error(core) == error and len(out) == 2  # answered by kgw, nothing forwarded
+
+
+def test_a_remembered_topic_does_not_carry_another_topic_in_the_same_request():
+    _, core, _, _, out = _remembered("memo-mixed")
+    frame = _produce_of({"memo-mixed": record_batch(b"ok"), "memo-mixed-not-mine": record_batch(b"no")}, 3)
+    assert core.dispatch(frame, out) is False  # the allowed topic goes on, the other is answered
+    assert len(out) == 3 and b"memo-mixed" in bytes(out[2]) and b"memo-mixed-not-mine" not in bytes(out[2])
+    assert core.pending[-1].merge is not None
+
+
+def test_a_produce_naming_its_topic_by_id_has_no_sole_action():
+    """From v13 a topic is named by id, its name the gateway's to find: always enforced."""
+    by_id = TopicSpan(None, [0], 0, 0, 0, 0, [(0, 0)], None, uuid.uuid4())
+    shape = ProduceShape(None, 1, 1000, [by_id], False, 0, 0)
+    assert REGISTRY[0].sole_action(None, RequestInfo(True, 1.0, shape)) is None
