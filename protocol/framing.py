@@ -106,7 +106,8 @@ class _FrameCursorPython:
         return (len(self._chunk) - self._pos) + self._fill
 
     def receive_data(self, data: bytes) -> None:
-        """Feed bytes read from the peer.  Call only after NEED_DATA."""
+        """Feed bytes read from the peer.  Call only after NEED_DATA, or when nothing is
+        :attr:`buffered` (NEED_DATA is then all :meth:`next_frame` could say)."""
         if self.deferred:
             self.materialize()
         rest = len(self._chunk) - self._pos

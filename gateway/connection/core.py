@@ -694,9 +694,7 @@ class ConnectionCore:
             except FrameError as e:
                 raise CloseConnection(f"bad frame from upstream: {e}", "upstream") from None
             if frame is NEED_DATA:
-                if completed and self._cluster.timing_out_since is not None:
-                    self._cluster.answered()
-                return completed
+                break
             if not in_flight:
                 raise CloseConnection("upstream sent a response nobody asked for", "upstream")
             slot = in_flight.popleft()
@@ -706,6 +704,11 @@ class ConnectionCore:
                 return completed
             self._complete(slot, frame)
             completed = True
+            if not decoder.buffered:  # nothing more was read: no frame to look for
+                break
+        if completed and self._cluster.timing_out_since is not None:
+            self._cluster.answered()
+        return completed
 
     def open_stream(self, head: memoryview, left: int, splice_min: int) -> Any | None:
         """The oldest request's response, of which ``head`` arrived and ``left`` bytes are still to

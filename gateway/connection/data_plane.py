@@ -456,6 +456,10 @@ class DataPlane:
                 budget -= 1
                 outcome = conn.dispatch(frame, uout)
                 if outcome is False:  # forwarded (the usual outcome)
+                    if not dec.buffered:  # nothing more was read: no frame to look for
+                        lane.backlog = False
+                        frame = NEED_DATA
+                        break
                     continue
                 if outcome is True:
                     answered = True

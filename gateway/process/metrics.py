@@ -113,18 +113,16 @@ class _Child:
         self._family = family
         self._key = key
 
-    def _row(self) -> list[float]:
-        try:
-            return self._family._local.table[self._key]
-        except (AttributeError, KeyError):  # this thread's first time (for this key)
-            return self._family._new_row(self._key)
-
 
 class _CounterChild(_Child):
     __slots__ = ()
 
     def inc(self, amount: float = 1) -> None:
-        self._row()[0] += amount
+        try:  # (this thread's row, looked up in line: every request counts one)
+            row = self._family._local.table[self._key]
+        except (AttributeError, KeyError):  # this thread's first time (for this key)
+            row = self._family._new_row(self._key)
+        row[0] += amount
 
 
 class _HistogramChild(_Child):
@@ -135,7 +133,10 @@ class _HistogramChild(_Child):
         self._bounds = family.bounds
 
     def observe(self, amount: float) -> None:
-        row = self._row()
+        try:  # (in line, as inc)
+            row = self._family._local.table[self._key]
+        except (AttributeError, KeyError):
+            row = self._family._new_row(self._key)
         row[bisect_left(self._bounds, amount)] += 1
         row[-1] += amount
 
