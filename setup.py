@@ -1,8 +1,14 @@
-"""The one native part of kgw: protocol/_native.c (the Produce request walk), built by
-``pip install`` where a C compiler is found.  It is optional: without it kgw runs the Python
-reference walk (protocol/apis/produce.py), and the test suite fails if it was not built."""
+"""kgw's native parts, the byte path only: protocol/_native.c (framing, the request header, the
+Produce walks) and gateway/connection/_writes.c (the data plane's writes), built by ``pip
+install`` (or ``make setup``, in place) where a C compiler is found.  They are optional: without
+them kgw runs the Python references (protocol/framing.py, protocol/headers.py,
+protocol/apis/produce.py, gateway/connection/writes.py), and the test suite fails if they were
+not built."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("protocol._native", ["protocol/_native.c"], optional=True,
-                             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"])])
+_FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+
+setup(ext_modules=[Extension("protocol._native", ["protocol/_native.c"], optional=True, extra_compile_args=_FLAGS),
+                   Extension("gateway.connection._writes", ["gateway/connection/_writes.c"], optional=True,
+                             extra_compile_args=_FLAGS)])

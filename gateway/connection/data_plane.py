@@ -90,6 +90,7 @@ import trio
 from gateway.connection.core import CloseConnection, NeedThrottle
 from gateway.connection.lane import Lane
 from gateway.connection.splicing import PipePool, Splicing, splice
+from gateway.connection.writes import write_queue
 from protocol.framing import NEED_DATA, FrameDecoder, FrameError
 
 __all__ = ["DataPlane", "Lane", "on_trio_thread"]
@@ -108,7 +109,6 @@ _RECV_FRAME = 1024 * 1024
 _LOW_WATER = (64 * 1024, 512 * 1024)
 #: the first read of a response that may be spliced: its structure, not its records
 _HEAD = 16 * 1024
-_IOV_MAX = 512
 _TICK = 0.1
 #: requests one lane may have dispatched per turn of the loop (see Fairness)
 _QUANTUM = 64
@@ -622,35 +622,15 @@ class DataPlane:
     @staticmethod
     def _write(lane: Lane, fd: int, out: collections.deque, to_client: bool) -> None:
         """Write ``out`` (bytes-like chunks) until done or the socket would block."""
-        while out:
-            try:
-                if len(out) == 1:
-                    head = out[0]
-                    sent = os.write(fd, head)
-                    if sent == len(head):
-                        out.clear()
-                    else:
-                        out[0] = memoryview(head)[sent:]
-                else:
-                    sent = os.writev(fd, [out[i] for i in range(min(len(out), _IOV_MAX))])
-                    left = sent
-                    while left:
-                        head = out[0]
-                        if left >= len(head):
-                            left -= len(head)
-                            out.popleft()
-                        else:
-                            out[0] = memoryview(head)[left:]
-                            left = 0
-            except BlockingIOError:
-                return
-            except OSError as e:
-                if fd == lane.cfd:
-                    raise _ClientGone(str(e)) from None
-                raise CloseConnection(f"upstream connection lost while sending: {e}", "upstream") from None
-            if to_client:
-                lane.n_out += sent
-                lane.conn.unsent -= sent
+        try:
+            sent = write_queue(fd, out)
+        except OSError as e:
+            if fd == lane.cfd:
+                raise _ClientGone(str(e)) from None
+            raise CloseConnection(f"upstream connection lost while sending: {e}", "upstream") from None
+        if to_client:
+            lane.n_out += sent
+            lane.conn.unsent -= sent
 
     def _set_masks(self, lane: Lane) -> None:
         if lane.closed:
