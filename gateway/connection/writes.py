@@ -11,7 +11,7 @@ import collections
 import os
 from typing import Callable
 
-__all__ = ["IOV_MAX", "write_queue", "write_queue_python"]
+__all__ = ["write_queue", "write_queue_python"]
 
 #: chunks given to one writev by the reference (the C one gives at most 128)
 IOV_MAX = 512

@@ -464,6 +464,9 @@ def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> by
     return encode(replace(response, node_endpoints=rewrite_node_list(response.node_endpoints, nodes)))
 
 
+_TOPIC, _WRITE = ResourceType.TOPIC, AclOperation.WRITE
+
+
 def _sole_action(header: RequestHeader, info: RequestInfo) -> Action | None:
     """The usual request (one topic, by name rather than by id; no transactional batch;
     every batch valid): :func:`_enforce` asks TOPIC WRITE on that topic,
@@ -478,9 +481,6 @@ def _sole_action(header: RequestHeader, info: RequestInfo) -> Action | None:
     if name is None:  # (v13+: named by id)
         return None
     return literal_action(_TOPIC, name, _WRITE, len(t.partitions))
-
-
-_TOPIC, _WRITE = ResourceType.TOPIC, AclOperation.WRITE
 
 
 def _peek(header: RequestHeader, frame: memoryview) -> RequestInfo:

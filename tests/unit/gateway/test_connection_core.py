@@ -61,11 +61,17 @@ def _frame(api_key: int, version: int, correlation_id: int, body) -> memoryview:
 
 
 def _produce(topic: str, correlation_id: int = 1, value: bytes = b"v") -> memoryview:
+    return _produce_of({topic: record_batch(value)}, correlation_id)
+
+
+def _produce_of(topics: dict[str, bytes], correlation_id: int, transactional_id: str | None = None) -> memoryview:
+    """A Produce v8 request: partition 0 of each topic carrying the given records."""
     cls = request_class(0, 8)
     topic_cls = cls.__dataclass_fields__["topic_data"].type.__args__[0]
     part_cls = topic_cls.__dataclass_fields__["partition_data"].type.__args__[0]
-    body = cls(transactional_id=None, acks=i16(1), timeout=timedelta(seconds=1), topic_data=(
-        topic_cls(name=topic, partition_data=(part_cls(index=i32(0), records=record_batch(value)),)),))
+    body = cls(transactional_id=transactional_id, acks=i16(1), timeout=timedelta(seconds=1), topic_data=tuple(
+        topic_cls(name=name, partition_data=(part_cls(index=i32(0), records=records),))
+        for name, records in topics.items()))
     return _frame(0, 8, correlation_id, body)
 
 

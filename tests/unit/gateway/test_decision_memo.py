@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import timedelta
 
 import prometheus_client
 import pytest
-from kio.static.primitive import i16, i32
 
 from authz.acl import (AccessControlEntry, AclBinding, AclOperation, AclPermissionType, PatternType,
                        ResourcePattern, ResourceType)
@@ -21,14 +19,14 @@ from authz.audit import AUDIT_LOGGER_NAME
 from authz.authorizer import AuthorizableRequestContext
 from authz.principal import KafkaPrincipal
 from authz.standard_authorizer import MEMO_ACTIONS, StandardAuthorizer
-from protocol.auth_helper import literal_action as _action
 from gateway.connection.core import ConnectionCore
+from protocol.auth_helper import literal_action as _action
 from protocol.apis.base import RequestInfo
 from protocol.apis.produce import ProduceShape, TopicSpan
 from protocol.apis.registry import REGISTRY
-from protocol.codecs import decode_response, request_class
+from protocol.codecs import decode_response
 from tests.support.kio_samples import record_batch
-from tests.unit.gateway.test_connection_core import _core, _frame, _gateway, _learn_versions, _produce
+from tests.unit.gateway.test_connection_core import _core, _gateway, _learn_versions, _produce, _produce_of
 
 TOPIC_AUTHORIZATION_FAILED = 29
 INVALID_RECORD = 87
@@ -196,17 +194,6 @@ def test_an_authorizer_deciding_its_own_way_gets_no_memo():
 
 
 # -- the usual Produce, forwarded on the memo's word alone (ApiSpec.sole_action) -----------------
-
-def _produce_of(topics: dict[str, bytes], correlation_id: int, transactional_id: str | None = None) -> memoryview:
-    """A Produce v8 request: partition 0 of each topic carrying the given records."""
-    cls = request_class(0, 8)
-    topic_cls = cls.__dataclass_fields__["topic_data"].type.__args__[0]
-    part_cls = topic_cls.__dataclass_fields__["partition_data"].type.__args__[0]
-    body = cls(transactional_id=transactional_id, acks=i16(1), timeout=timedelta(seconds=1), topic_data=tuple(
-        topic_cls(name=name, partition_data=(part_cls(index=i32(0), records=records),))
-        for name, records in topics.items()))
-    return _frame(0, 8, correlation_id, body)
-
 
 def _remembered(topic: str):
     """A connection whose principal may write ``topic`` and has done so twice (remembered); the
