@@ -14,7 +14,7 @@ TEST_STAMP := $(VENV)/.installed-test-$(call hash,pyproject.toml)
 # kgw's one C part (protocol/_native.c, the Produce request walk): pip builds it in place with the
 # install; built again here when its source or setup.py changes (without a compiler kgw runs the
 # Python walk, and the suite's test of the build fails)
-NATIVE_STAMP := $(VENV)/.built-native-$(shell cat setup.py protocol/_native.c gateway/connection/_writes.c | sha256sum | cut -c1-12)
+NATIVE_STAMP := $(VENV)/.built-native-$(shell cat setup.py protocol/_native.c gateway/connection/_plane_steps.c | sha256sum | cut -c1-12)
 # Apache Kafka for the compatibility tests (deploy/kafka/pom.xml), resolved with Maven once
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/kafka/pom.xml)
 KAFKA_HOME ?= $(HOME)/.cache/kgw/kafka-$(KAFKA_VERSION)
@@ -54,7 +54,7 @@ $(TEST_STAMP): | $(VENV)/bin/python
 	touch $@ $(DEMO_STAMP)
 
 $(NATIVE_STAMP): | $(VENV)/bin/python
-	$(say) "building kgw's C parts in place (protocol/_native.c, gateway/connection/_writes.c: the byte path)"
+	$(say) "building kgw's C parts in place (protocol/_native.c, gateway/connection/_plane_steps.c: the byte path)"
 	$(PY) setup.py -q build_ext --inplace --force
 	rm -f $(VENV)/.built-native-*
 	touch $@

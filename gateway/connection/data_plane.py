@@ -89,9 +89,9 @@ import trio
 
 from gateway.connection.core import CloseConnection, NeedThrottle
 from gateway.connection.lane import Lane
+from gateway.connection.plane_steps import receive, serve, set_masks, write_queue
 from gateway.connection.splicing import PipePool, Splicing, splice
-from gateway.connection.writes import write_queue
-from protocol.framing import NEED_DATA, FrameDecoder, FrameError
+from protocol.framing import NEED_DATA, FrameError
 
 __all__ = ["DataPlane", "Lane", "on_trio_thread"]
 
@@ -109,7 +109,8 @@ _RECV_FRAME = 1024 * 1024
 _LOW_WATER = (64 * 1024, 512 * 1024)
 #: the first read of a response that may be spliced: its structure, not its records
 _HEAD = 16 * 1024
-_TICK = 0.1
+_TICK_MS = 100
+_TICK = _TICK_MS / 1000
 #: requests one lane may have dispatched per turn of the loop (see Fairness)
 _QUANTUM = 64
 _IN, _OUT = select.EPOLLIN, select.EPOLLOUT
@@ -139,6 +140,7 @@ class DataPlane:
         self._cpus = cpus
         self.pipes = PipePool(pipes if splice_min > 0 else 0)
         self._ep = select.epoll()
+        self._epfd = self._ep.fileno()  # (for the steps in C: gateway/connection/plane_steps.py)
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._wake_lock = threading.Lock()
         self._ep.register(self._wake, _IN)
@@ -185,7 +187,7 @@ class DataPlane:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
-        poll, lanes, commands, ready = self._ep.poll, self._lanes, self._commands, self._ready
+        lanes, commands, ready = self._lanes, self._commands, self._ready
         # (the thread is lent by Trio's thread cache: its CPUs are given back when run returns)
         lent_cpus = os.sched_getaffinity(0) if self._cpus else None
         try:
@@ -195,35 +197,10 @@ class DataPlane:
                 except OSError as e:
                     raise RuntimeError(f"io.data_plane_cpus {list(self._cpus)}: {e}") from None
             while not self._stop:
-                self.turns += 1
-                timeout = 0 if ready else (_TICK if lanes else -1)
-                try:
-                    events = poll(timeout, 256)
-                except InterruptedError:
-                    continue
-                for fd, ev in events:
-                    lane = lanes.get(fd)
-                    if lane is None:
-                        if fd == self._wake:
-                            try:
-                                os.eventfd_read(self._wake)
-                            except BlockingIOError:
-                                pass
-                        continue
-                    if lane.paused:
-                        continue
-                    try:  # _guarded, inlined: this runs for every socket event
-                        if fd == lane.cfd:
-                            self._client_event(lane, ev)
-                        else:
-                            self._upstream_event(lane, ev)
-                        self._set_masks(lane)
-                        if lane.deferred:
-                            lane.metrics()  # after the upstream writes: off the request's latency
-                        if lane.draining:
-                            self._drained_yet(lane)
-                    except Exception as e:
-                        self._failed(lane, e)
+                # polls and their events until one of the steps below is due (plane_steps.serve):
+                # each lane's event to _client_event or _upstream_event, then _set_masks,
+                # lane.metrics, _drained_yet
+                serve(self, 0 if ready else (_TICK_MS if lanes else -1))
                 if ready:
                     for _ in range(len(ready)):  # those ready before this turn: one quantum each
                         lane = ready.popleft()
@@ -414,7 +391,7 @@ class DataPlane:
     def _read_client(self, lane: Lane) -> None:
         dec = lane.cdec
         to_come = dec.to_come  # the rest of a large request: in fewer reads (and turns)
-        n = _receive(lane.cfd, dec, _RECV if to_come <= _RECV else min(to_come, _RECV_FRAME))
+        n = receive(lane.cfd, dec, _RECV if to_come <= _RECV else min(to_come, _RECV_FRAME), _RECV_INTO_MIN)
         if n == 0:
             self._end(lane, ("eof", dec.buffered if dec.in_frame else 0))
             return
@@ -489,8 +466,8 @@ class DataPlane:
         dec = lane.udec
         in_flight = lane.conn.in_flight
         # a response that may be spliced: only its head is read here, not a whole _RECV of its records
-        n = _receive(lane.ufd, dec, _HEAD if dec.defer_from and in_flight and in_flight[0].spec.stream_response
-                     and not dec.buffered else _RECV)
+        n = receive(lane.ufd, dec, _HEAD if dec.defer_from and in_flight and in_flight[0].spec.stream_response
+                    and not dec.buffered else _RECV, _RECV_INTO_MIN)
         if n == 0:
             raise CloseConnection("upstream closed the connection", "upstream")
         if n < 0:
@@ -633,68 +610,8 @@ class DataPlane:
             lane.conn.unsent -= sent
 
     def _set_masks(self, lane: Lane) -> None:
-        if lane.closed:
-            return
-        cout, uout, sp = lane.cout, lane.uout, lane.splicing
-        if sp is not None:  # (never paused: nothing is dispatched meanwhile)
-            waits = cout or sp.in_pipe
-            umask = _IN if (sp.moving and sp.in_pipe < sp.capacity) or (sp.need and not waits) else 0
-            if uout:
-                umask |= _OUT
-            cmask = _OUT if waits else 0
-        elif lane.paused:
-            cmask = umask = 0
-        else:
-            conn = lane.conn
-            if (uout or lane.draining or lane.held is not None or len(conn.pending) >= conn.max_in_flight
-                    or conn.unsent >= conn.max_unsent):
-                cmask = 0  # it takes no request now
-            elif lane.backlog:  # frames still buffered from the last read: served from the ready list, not the socket
-                cmask = 0
-                self._requeue(lane)
-            else:
-                cmask = _IN
-            if cout:
-                cmask |= _OUT
-                umask = _OUT if uout else 0
-            else:
-                umask = _IN | _OUT if uout else _IN
-        if cmask != lane.cmask:  # (after most events neither mask changes)
-            self._apply(lane.cfd, lane.cmask, cmask)
-            lane.cmask = cmask
-        if umask != lane.umask:
-            self._apply(lane.ufd, lane.umask, umask)
-            lane.umask = umask
-
-    def _apply(self, fd: int, old: int, new: int) -> None:
-        """Change ``fd``'s registration from mask ``old`` to ``new`` (they differ)."""
-        if new == 0:
-            self._ep.unregister(fd)
-        elif old == 0:
-            self._ep.register(fd, new)
-        else:
-            self._ep.modify(fd, new)
-
-
-def _receive(fd: int, decoder: FrameDecoder, size: int = _RECV) -> int:
-    """Read what is available (up to ``size`` unless a frame is being received into) into
-    ``decoder``; 0 at end of stream, -1 if nothing was there."""
-    # (only a trusted peer's decoder allocates a frame to read into: a client's never asks)
-    space = decoder.partial_space() if decoder.trusted else None
-    try:
-        if space is not None and len(space) >= _RECV_INTO_MIN:
-            n = os.readv(fd, (space,))
-            if n:
-                decoder.partial_filled(n)
-            return n
-        data = os.read(fd, size)
-    except BlockingIOError:
-        return -1
-    except ConnectionError:
-        return 0
-    if data:
-        decoder.receive_data(data)
-    return len(data)
+        """Register ``lane``'s descriptors for what its state asks (plane_steps.set_masks)."""
+        set_masks(self, lane)
 
 
 def _close_error(reason: str, metric: str):

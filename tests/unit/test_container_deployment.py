@@ -56,7 +56,7 @@ def test_the_image_carries_every_package_and_not_the_demo_broker():
     # the byte path in C is built into the image (setup.py, a compiler while pip runs) and checked
     assert re.search(r"^COPY pyproject\.toml setup\.py ", DOCKERFILE, re.M)
     assert re.search(r"install .*\bgcc\b.*\n.*pip install", DOCKERFILE)
-    assert 'python -c "import protocol._native, gateway.connection._writes"' in DOCKERFILE
+    assert 'python -c "import protocol._native, gateway.connection._plane_steps"' in DOCKERFILE
 
 
 def test_the_image_user_owns_the_metadata_volume_and_healthcheck_asks_readyz():

@@ -17,6 +17,8 @@ from kio.schema.produce.v8 import request as produce8
 from kio.static.primitive import i16, i32
 
 from configs.yaml_reader import parse_config
+from gateway.connection import data_plane as data_plane_module
+from gateway.connection import plane_steps
 from gateway.process.server import Gateway
 from gateway.upstream.cluster import encode_request
 from protocol.codecs import decode_response, request_class
@@ -93,10 +95,19 @@ def _md_request(version=12):
     return cls(**kw)
 
 
-@pytest.fixture(params=[True, False], ids=["data-plane", "trio-only"])
-def data_plane(request) -> bool:
-    """Every test runs with plain-TCP connections on the data-plane thread and all on Trio."""
-    return request.param
+@pytest.fixture(params=["c", "python", None], ids=["data-plane", "data-plane-python-steps", "trio-only"])
+def data_plane(request, monkeypatch) -> bool:
+    """Every test runs with plain-TCP connections on the data-plane thread (its per-event steps in
+    C, then the Python references: gateway/connection/plane_steps.py) and all on Trio."""
+    if request.param == "python":
+        use_python_steps(monkeypatch)
+    return request.param is not None
+
+
+def use_python_steps(monkeypatch) -> None:
+    """Make the data plane poll, set masks, read and write with the Python references."""
+    for name in ("serve", "set_masks", "receive", "write_queue"):
+        monkeypatch.setattr(data_plane_module, name, getattr(plane_steps, f"{name}_python"))
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import os
 import struct
 import threading
 
-import pytest
 import trio
 
 from gateway.connection.core import ConnectionCore
@@ -16,16 +15,11 @@ from gateway.connection.data_plane import _QUANTUM, DataPlane
 from gateway.upstream.cluster import encode_request
 from protocol.codecs import request_class
 from tests.unit.gateway.fake_broker import FakeBroker
-from tests.unit.gateway.test_connection import _forwarding_client, _start_gateway
+from tests.unit.gateway.test_connection import _forwarding_client, _start_gateway, data_plane  # noqa: F401 - a fixture
 
 
 def api_versions_v0(correlation_id: int) -> bytes:
     return encode_request(18, 0, correlation_id, request_class(18, 0)())
-
-
-@pytest.fixture(params=[True, False], ids=["data-plane", "trio-only"])
-def data_plane(request) -> bool:
-    return request.param
 
 
 async def test_a_client_that_never_reads_holds_a_bounded_amount(nursery, tmp_path, data_plane):

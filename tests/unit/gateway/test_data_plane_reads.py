@@ -28,8 +28,9 @@ def client_sending(monkeypatch, wire: bytes, pieces: int, process):
     writer = threading.Thread(target=lambda: [b.sendall(wire[i:i + pieces]) for i in range(0, len(wire), pieces)])
     try:
         sizes: list[int] = []
-        real_read = os.read
-        monkeypatch.setattr(os, "read", lambda fd, n: (sizes.append(n) if fd == a.fileno() else None) or real_read(fd, n))
+        real_receive = data_plane.receive
+        monkeypatch.setattr(data_plane, "receive", lambda fd, dec, n, into_min: (
+            sizes.append(n) if fd == a.fileno() else None) or real_receive(fd, dec, n, into_min))
         monkeypatch.setattr(dp, "_process_client", process)
         lane = SimpleNamespace(cfd=a.fileno(), cdec=FrameDecoder(128 << 20), n_in=0, conn=SimpleNamespace(last_read=0.0))
         writer.start()

@@ -17,9 +17,17 @@ from kio.static.primitive import i32, i64
 
 from protocol.codecs import encode, make, nested, request_class, response_class
 from tests.unit.gateway.fake_broker import FakeBroker
-from tests.unit.gateway.test_connection import RawClient, _start_gateway
+from tests.unit.gateway.test_connection import RawClient, _start_gateway, use_python_steps
 
 VERSION = 17
+
+
+@pytest.fixture(autouse=True, params=["c", "python"], ids=["c-steps", "python-steps"])
+def plane_steps(request, monkeypatch) -> None:
+    """Every test runs with the data plane's per-event steps in C, then the Python references
+    (a spliced response's epoll masks are theirs)."""
+    if request.param == "python":
+        use_python_steps(monkeypatch)
 
 
 def fetch_body(sizes, endpoints=()):

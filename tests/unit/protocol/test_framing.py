@@ -3,6 +3,7 @@ runs on both decoders: its cursor in C (protocol/_native.c ``FrameCursor``, what
 in Python (``FrameDecoderPython``, the reference); the last test feeds both the same streams cut
 anywhere and compares what comes out."""
 
+import itertools
 import random
 import struct
 import sys
@@ -182,16 +183,16 @@ def test_a_length_prefix_split_across_reads_costs_no_copy_of_the_next_read():
 
 
 def test_the_drivers_receive_functions_copy_once(tmp_path):
-    """The data plane's and the Trio driver's reads (gateway/connection/data_plane.py, gateway/connection/client.py)
+    """The data plane's reads, C and Python (gateway/connection/plane_steps.py)
     over a real socket, a 16 MiB frame written in 100 KiB pieces: the decoder copies it at most
     once whichever path took the bytes."""
     import socket
     import threading
 
-    from gateway.connection.data_plane import _receive
+    from gateway.connection import data_plane, plane_steps
 
     wire = _wire(16 << 20)
-    for trusted in (True, False):
+    for trusted, _receive in itertools.product((True, False), (plane_steps.receive, plane_steps.receive_python)):
         a, b = socket.socketpair()
         a.setblocking(False)
         writer = threading.Thread(target=lambda: [b.sendall(wire[i:i + 100_000]) for i in range(0, len(wire), 100_000)])
@@ -201,7 +202,7 @@ def test_the_drivers_receive_functions_copy_once(tmp_path):
         import select
         while got is None:
             select.select([a], [], [], 5)
-            assert _receive(a.fileno(), decoder) != 0
+            assert _receive(a.fileno(), decoder, data_plane._RECV, data_plane._RECV_INTO_MIN) != 0
             frame = decoder.next_frame()
             if frame is not NEED_DATA:
                 got = bytes(frame)
