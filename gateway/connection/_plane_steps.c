@@ -25,6 +25,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
@@ -143,12 +144,68 @@ static PyObject *S_closed, *S_cout, *S_uout, *S_splicing, *S_in_pipe, *S_moving,
     *S_paused, *S_conn, *S_draining, *S_held, *S_pending, *S_max_in_flight, *S_unsent, *S_max_unsent,
     *S_backlog, *S_requeue, *S_cmask, *S_umask, *S_cfd, *S_ufd, *S_epfd, *S_lanes, *S_wake,
     *S_client_event, *S_upstream_event, *S_deferred, *S_metrics, *S_drained_yet, *S_failed, *S_turns, *S_ready,
-    *S_commands, *S_stop, *S_next_tick, *ONE;
+    *S_commands, *S_stop, *S_next_tick, *S_read_client, *S_read_upstream, *ONE;
+
+/* A lane's attributes read from their slots.  Lane (gateway/connection/lane.py) keeps them in
+ * __slots__: once a lane's class is seen to hold every name below in an object slot (a member
+ * descriptor found on its MRO, which no instance attribute can shadow), its instances' fields
+ * are read at their offsets, as the interpreter's own specialised attribute loads do; any
+ * other object (a test's stand-in, a class without those slots) is asked by name. */
+#define LANE_FIELDS 14
+static PyObject *LANE_NAMES[LANE_FIELDS];
+static PyTypeObject *lane_type;      /* the class whose offsets are known (held) */
+static PyTypeObject *other_type;     /* the last class found without them (compared, not held) */
+static Py_ssize_t lane_offsets[LANE_FIELDS];
+
+static void learn_lane(PyObject *lane)
+{
+    PyTypeObject *type = Py_TYPE(lane);
+    if (type == lane_type || type == other_type)
+        return;
+    Py_ssize_t offsets[LANE_FIELDS];
+    for (int i = 0; i < LANE_FIELDS; i++) {
+        PyObject *d = _PyType_Lookup(type, LANE_NAMES[i]);  /* borrowed; no error set */
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)
+            || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+            other_type = type;
+            return;
+        }
+        offsets[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    memcpy(lane_offsets, offsets, sizeof offsets);
+    Py_INCREF(type);
+    Py_XSETREF(lane_type, type);
+}
+
+/* obj.name, a new reference (NULL with an exception set) */
+static PyObject *get_attr(PyObject *obj, PyObject *name)
+{
+    if (Py_TYPE(obj) == lane_type) {
+        for (int i = 0; i < LANE_FIELDS; i++) {
+            if (LANE_NAMES[i] == name) {
+                PyObject *value = *(PyObject **)((char *)obj + lane_offsets[i]);
+                if (value == NULL)  /* an unset slot: the interpreter says which */
+                    break;
+                Py_INCREF(value);
+                return value;
+            }
+        }
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
+/* obj.name(a, b), with what of a and b is not NULL: a new reference, or NULL with an error set */
+static PyObject *call_method(PyObject *obj, PyObject *name, PyObject *a, PyObject *b)
+{
+    PyObject *args[3] = {obj, a, b};
+    size_t n = a == NULL ? 1 : (b == NULL ? 2 : 3);
+    return PyObject_VectorcallMethod(name, args, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
 
 /* obj.name's truth: 1, 0, or -1 with an exception set */
 static int attr_true(PyObject *obj, PyObject *name)
 {
-    PyObject *value = PyObject_GetAttr(obj, name);
+    PyObject *value = get_attr(obj, name);
     if (value == NULL)
         return -1;
     int truth = PyObject_IsTrue(value);
@@ -159,7 +216,7 @@ static int attr_true(PyObject *obj, PyObject *name)
 /* obj.name as a C long: 0 with *ok cleared, and an exception set, if it is not an int */
 static long attr_long(PyObject *obj, PyObject *name, int *ok)
 {
-    PyObject *value = PyObject_GetAttr(obj, name);
+    PyObject *value = get_attr(obj, name);
     if (value == NULL) {
         *ok = 0;
         return 0;
@@ -174,7 +231,7 @@ static long attr_long(PyObject *obj, PyObject *name, int *ok)
 /* len(obj.name): -1 with an exception set if it fails */
 static Py_ssize_t attr_len(PyObject *obj, PyObject *name)
 {
-    PyObject *value = PyObject_GetAttr(obj, name);
+    PyObject *value = get_attr(obj, name);
     if (value == NULL)
         return -1;
     Py_ssize_t n = PyObject_Length(value);
@@ -224,7 +281,7 @@ static int masks_of(PyObject *plane, PyObject *lane, long *cmask_out, long *umas
     Py_ssize_t uout = attr_len(lane, S_uout);
     if (uout < 0)
         return -1;
-    PyObject *sp = PyObject_GetAttr(lane, S_splicing);
+    PyObject *sp = get_attr(lane, S_splicing);
     if (sp == NULL)
         return -1;
     long cmask, umask;
@@ -255,14 +312,14 @@ static int masks_of(PyObject *plane, PyObject *lane, long *cmask_out, long *umas
         if (paused) {
             cmask = umask = 0;
         } else {
-            PyObject *conn = PyObject_GetAttr(lane, S_conn);
+            PyObject *conn = get_attr(lane, S_conn);
             if (conn == NULL)
                 return -1;
             int stop = uout > 0;  /* it takes no request now: evaluated in set_masks_python's order */
             if (!stop)
                 stop = attr_true(lane, S_draining);
             if (stop == 0) {
-                PyObject *held = PyObject_GetAttr(lane, S_held);
+                PyObject *held = get_attr(lane, S_held);
                 if (held == NULL)
                     stop = -1;
                 else {
@@ -294,7 +351,7 @@ static int masks_of(PyObject *plane, PyObject *lane, long *cmask_out, long *umas
                     return -1;
                 if (backlog) {  /* frames still buffered: served from the ready list, not the socket */
                     cmask = 0;
-                    PyObject *r = PyObject_CallMethodOneArg(plane, S_requeue, lane);
+                    PyObject *r = call_method(plane, S_requeue, lane, NULL);
                     if (r == NULL)
                         return -1;
                     Py_DECREF(r);
@@ -370,6 +427,7 @@ static PyObject *set_masks(PyObject *module, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     int epfd = plane_epfd(args[0]);
+    learn_lane(args[1]);
     if (epfd < 0 || set_masks_impl(args[0], args[1], epfd) < 0)
         return NULL;
     Py_RETURN_NONE;
@@ -384,7 +442,7 @@ static int after_event(PyObject *plane, PyObject *lane, int epfd)
     if (deferred < 0)
         return -1;
     if (deferred) {  /* after the upstream writes: off the request's latency */
-        PyObject *r = PyObject_CallMethodNoArgs(lane, S_metrics);
+        PyObject *r = call_method(lane, S_metrics, NULL, NULL);
         if (r == NULL)
             return -1;
         Py_DECREF(r);
@@ -393,7 +451,7 @@ static int after_event(PyObject *plane, PyObject *lane, int epfd)
     if (draining < 0)
         return -1;
     if (draining) {
-        PyObject *r = PyObject_CallMethodOneArg(plane, S_drained_yet, lane);
+        PyObject *r = call_method(plane, S_drained_yet, lane, NULL);
         if (r == NULL)
             return -1;
         Py_DECREF(r);
@@ -414,7 +472,7 @@ static int lane_failed(PyObject *plane, PyObject *lane)
     PyErr_NormalizeException(&type, &value, &tb);
     if (tb != NULL)
         PyException_SetTraceback(value, tb);
-    PyObject *r = PyObject_CallMethodObjArgs(plane, S_failed, lane, value, NULL);
+    PyObject *r = call_method(plane, S_failed, lane, value);
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
@@ -422,6 +480,45 @@ static int lane_failed(PyObject *plane, PyObject *lane)
         return -1;
     Py_DECREF(r);
     return 0;
+}
+
+/* A lane's event to its handler, as serve_python's _handle_event: a plain EPOLLIN on a lane
+ * that splices nothing to the read that handler would make (when that side is polled for it
+ * and, upstream, the lane is open); any other event to plane._client_event or
+ * plane._upstream_event.  The handler's result, or NULL with an error set. */
+static PyObject *handle_event(PyObject *plane, PyObject *lane, int fd, uint32_t events)
+{
+    int ok = 1;
+    long cfd = attr_long(lane, S_cfd, &ok);
+    if (!ok)
+        return NULL;
+    int client = cfd == fd;
+    if (events == EPOLLIN) {
+        PyObject *sp = get_attr(lane, S_splicing);
+        if (sp == NULL)
+            return NULL;
+        int plain = sp == Py_None;
+        Py_DECREF(sp);
+        if (plain) {
+            long mask = attr_long(lane, client ? S_cmask : S_umask, &ok);
+            if (!ok)
+                return NULL;
+            if (!(mask & EPOLLIN))
+                Py_RETURN_NONE;
+            if (!client) {
+                int closed = attr_true(lane, S_closed);
+                if (closed)
+                    return closed < 0 ? NULL : Py_NewRef(Py_None);
+            }
+            return call_method(plane, client ? S_read_client : S_read_upstream, lane, NULL);
+        }
+    }
+    PyObject *ev = PyLong_FromUnsignedLong(events);
+    if (ev == NULL)
+        return NULL;
+    PyObject *r = call_method(plane, client ? S_client_event : S_upstream_event, lane, ev);
+    Py_DECREF(ev);
+    return r;
 }
 
 /* One poll of epfd and the events it returned (serve_python's _serve_events): the events
@@ -459,6 +556,7 @@ static int serve_events(PyObject *plane, PyObject *lanes, int epfd, long wake, i
             continue;
         }
         Py_INCREF(lane);  /* (its handler may end it, and drop the lanes' reference) */
+        learn_lane(lane);
         int paused = attr_true(lane, S_paused);
         if (paused) {
             Py_DECREF(lane);
@@ -466,17 +564,11 @@ static int serve_events(PyObject *plane, PyObject *lanes, int epfd, long wake, i
                 return -1;
             continue;
         }
-        int ok = 1, done = -1;
-        long cfd = attr_long(lane, S_cfd, &ok);
-        if (ok) {
-            PyObject *ev = PyLong_FromUnsignedLong(events[i].events);
-            PyObject *r = ev == NULL ? NULL
-                : PyObject_CallMethodObjArgs(plane, cfd == fd ? S_client_event : S_upstream_event, lane, ev, NULL);
-            Py_XDECREF(ev);
-            if (r != NULL) {
-                Py_DECREF(r);
-                done = after_event(plane, lane, epfd);
-            }
+        int done = -1;
+        PyObject *r = handle_event(plane, lane, fd, events[i].events);
+        if (r != NULL) {
+            Py_DECREF(r);
+            done = after_event(plane, lane, epfd);
         }
         if (done < 0 && lane_failed(plane, lane) < 0) {
             Py_DECREF(lane);
@@ -737,6 +829,11 @@ PyMODINIT_FUNC PyInit__plane_steps(void)
         || intern(&S_trusted, "trusted") || intern(&S_partial_space, "partial_space")
         || intern(&S_partial_filled, "partial_filled") || intern(&S_receive_data, "receive_data"))
         return NULL;
+    if (intern(&S_read_client, "_read_client") || intern(&S_read_upstream, "_read_upstream"))
+        return NULL;
+    PyObject *lane_names[LANE_FIELDS] = {S_paused, S_cfd, S_ufd, S_deferred, S_draining, S_closed, S_cout, S_uout,
+                                         S_splicing, S_conn, S_held, S_backlog, S_cmask, S_umask};
+    memcpy(LANE_NAMES, lane_names, sizeof lane_names);
     ONE = PyLong_FromLong(1);
     if (ONE == NULL)
         return NULL;

@@ -77,10 +77,7 @@ def _serve_events(plane: Any, lanes: dict, timeout_ms: int) -> int:
         if lane.paused:
             continue
         try:
-            if fd == lane.cfd:
-                plane._client_event(lane, ev)
-            else:
-                plane._upstream_event(lane, ev)
+            _handle_event(plane, lane, fd, ev)
             set_masks_python(plane, lane)
             if lane.deferred:
                 lane.metrics()  # after the upstream writes: off the request's latency
@@ -89,6 +86,24 @@ def _serve_events(plane: Any, lanes: dict, timeout_ms: int) -> int:
         except Exception as e:
             plane._failed(lane, e)
     return len(events)
+
+
+def _handle_event(plane: Any, lane: "Lane", fd: int, ev: int) -> None:
+    """A lane's event to its handler: a plain EPOLLIN on a lane that splices nothing to the read
+    that handler would make (when that side is polled for it and, upstream, the lane is open:
+    nothing else of the handler applies then), any other to ``_client_event`` or
+    ``_upstream_event``."""
+    client = fd == lane.cfd
+    if ev == _IN and lane.splicing is None:
+        if client:
+            if lane.cmask & _IN:
+                plane._read_client(lane)
+        elif lane.umask & _IN and not lane.closed:
+            plane._read_upstream(lane)
+    elif client:
+        plane._client_event(lane, ev)
+    else:
+        plane._upstream_event(lane, ev)
 
 
 def set_masks_python(plane: Any, lane: "Lane") -> None:
