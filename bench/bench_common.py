@@ -433,6 +433,34 @@ BENCH_GROUP_PREFIX = "kgw-bench-"   # the consumers' group.id (kgw-bench-<ns>)
 DENIED_TOPIC = "nobench-authz-check"  # no ACL lets the bench principal touch it
 
 
+@contextlib.contextmanager
+def small_request_gateway(name: str, requests: int, warmup: int, acls: int, authz: bool):
+    """tansu and ``kgw run`` (the StandardAuthorizer holding ``acls`` ACLs when ``authz``), after
+    printing what is measured, a fresh topic and ``warmup`` one-record produces through the
+    gateway (as bench/regress.py's small requests): yields (the gateway, the topic, the scratch
+    directory); everything is stopped and removed after."""
+    head, dirty = tree_state()
+    print(f"small requests (one-record Produce + flush), {requests} after {warmup}; "
+          f"{f'StandardAuthorizer, {acls} ACLs' if authz else 'no authorizer'}; {head}"
+          f"{' + uncommitted changes' if dirty else ''}; load {load_text()}", flush=True)
+    with scratch(f"kgw-{name}-") as (work, procs):
+        tansu, port = start_tansu(work)
+        procs.append(tansu)
+        meta = work / "metadata"
+        extra: dict = {"logging": {"level": "WARNING"}}
+        if authz:
+            seed_acls(meta, acls)
+            extra["authorizer"] = {"class_name": "authz.standard_authorizer:StandardAuthorizer"}
+        gw = launch_gateway(name, deep_merge(base_gateway_config(f"127.0.0.1:{port}", meta), extra), work)
+        try:
+            topic = f"bench-{name}-{time.monotonic_ns()}"  # (bench_acls allow bench- topics)
+            create_topics(gw.bootstrap, [topic])
+            produce_latency(gw.bootstrap, topic, warmup, 0, "1")
+            yield gw, topic, work
+        finally:
+            gw.process.stop(15)
+
+
 def bench_acls(total: int) -> list:
     """``total`` ACL bindings: the few that let the bench's client through, the rest noise.
 

@@ -20,15 +20,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_common import (create_topics, load_text, produce_latency, scratch, seed_acls,  # noqa: E402
-                          start_tansu, tree_state)
-from tests.support.cluster import base_gateway_config, deep_merge, launch_gateway  # noqa: E402
+from bench_common import produce_latency, small_request_gateway  # noqa: E402
 
 
 def data_plane_tid(pid: int) -> str:
@@ -54,34 +51,16 @@ def main() -> int:
     args = ap.parse_args()
     if shutil.which("perf") is None:
         raise SystemExit("Linux perf is not installed")
-    head, dirty = tree_state()
-    authz = not args.no_authz
-    print(f"small requests (one-record Produce + flush), {args.requests} after {args.warmup}; "
-          f"{f'StandardAuthorizer, {args.acls} ACLs' if authz else 'no authorizer'}; {head}"
-          f"{' + uncommitted changes' if dirty else ''}; load {load_text()}", flush=True)
-    with scratch("kgw-dso-share-") as (work, procs):
-        tansu, port = start_tansu(work)
-        procs.append(tansu)
-        meta = work / "metadata"
-        extra: dict = {"logging": {"level": "WARNING"}}
-        if authz:
-            seed_acls(meta, args.acls)
-            extra["authorizer"] = {"class_name": "authz.standard_authorizer:StandardAuthorizer"}
-        gw = launch_gateway("dso-share", deep_merge(base_gateway_config(f"127.0.0.1:{port}", meta), extra), work)
+    gateway = small_request_gateway("dso-share", args.requests, args.warmup, args.acls, not args.no_authz)
+    with gateway as (gw, topic, work):
         data = work / "perf.data"
-        try:
-            topic = f"bench-dso-share-{time.monotonic_ns()}"  # (bench_common's ACLs allow bench- topics)
-            create_topics(gw.bootstrap, [topic])
-            produce_latency(gw.bootstrap, topic, args.warmup, 0, "1")
-            perf = subprocess.Popen(["perf", "record", "-q", "-F", "4999", "-t", data_plane_tid(gw.process.pid),
-                                     "-o", str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            try:  # (requests sent before perf has attached are simply not sampled)
-                result = produce_latency(gw.bootstrap, topic, args.requests, 0, "1")
-            finally:
-                perf.send_signal(signal.SIGINT)
-                perf.wait(30)
+        perf = subprocess.Popen(["perf", "record", "-q", "-F", "4999", "-t", data_plane_tid(gw.process.pid),
+                                 "-o", str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:  # (requests sent before perf has attached are simply not sampled)
+            result = produce_latency(gw.bootstrap, topic, args.requests, 0, "1")
         finally:
-            gw.process.stop(15)
+            perf.send_signal(signal.SIGINT)
+            perf.wait(30)
         print(f"p50 {result['p50_ms']:.3f} ms, p99 {result['p99_ms']:.3f} ms")
         print("\nthe data-plane thread's samples by shared object:")
         print("\n".join(report(data, "dso", args.top)))

@@ -18,15 +18,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_common import (create_topics, load_text, produce_latency, scratch, seed_acls,  # noqa: E402
-                          start_tansu, tree_state)
-from tests.support.cluster import base_gateway_config, deep_merge, launch_gateway  # noqa: E402
+from bench_common import produce_latency, small_request_gateway  # noqa: E402
 
 Counts = dict[tuple[str, str], tuple[int, int, int]]
 
@@ -54,29 +51,10 @@ def main() -> int:
     ap.add_argument("--acls", type=int, default=1000)
     ap.add_argument("--no-authz", action="store_true")
     args = ap.parse_args()
-    head, dirty = tree_state()
-    authz = not args.no_authz
-    print(f"small requests (one-record Produce + flush), {args.requests} after {args.warmup}; "
-          f"{f'StandardAuthorizer, {args.acls} ACLs' if authz else 'no authorizer'}; {head}"
-          f"{' + uncommitted changes' if dirty else ''}; load {load_text()}", flush=True)
-    with scratch("kgw-wakeups-") as (work, procs):
-        tansu, port = start_tansu(work)
-        procs.append(tansu)
-        meta = work / "metadata"
-        extra: dict = {"logging": {"level": "WARNING"}}
-        if authz:
-            seed_acls(meta, args.acls)
-            extra["authorizer"] = {"class_name": "authz.standard_authorizer:StandardAuthorizer"}
-        gw = launch_gateway("wakeups", deep_merge(base_gateway_config(f"127.0.0.1:{port}", meta), extra), work)
-        try:
-            topic = f"bench-wakeups-{time.monotonic_ns()}"  # (bench_common's ACLs allow bench- topics)
-            create_topics(gw.bootstrap, [topic])
-            produce_latency(gw.bootstrap, topic, args.warmup, 0, "1")
-            before = thread_counts(gw.process.pid)
-            result = produce_latency(gw.bootstrap, topic, args.requests, 0, "1")
-            after = thread_counts(gw.process.pid)
-        finally:
-            gw.process.stop(15)
+    with small_request_gateway("wakeups", args.requests, args.warmup, args.acls, not args.no_authz) as (gw, topic, _):
+        before = thread_counts(gw.process.pid)
+        result = produce_latency(gw.bootstrap, topic, args.requests, 0, "1")
+        after = thread_counts(gw.process.pid)
     print(f"p50 {result['p50_ms']:.3f} ms, p99 {result['p99_ms']:.3f} ms")
     print(f"{'thread':<24} {'blocked/request':>16} {'preempted/request':>18} {'CPU ticks':>10}")
     for key in sorted(after):

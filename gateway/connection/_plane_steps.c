@@ -1,18 +1,23 @@
-/* The data plane's per-event steps in C: the byte path's loop only.  gateway/connection/plane_steps.py
- * holds the Python references (serve_python, set_masks_python, write_queue_python) and picks these
- * where they were built; the suite runs both on the same cases (tests/unit/gateway/test_plane_steps.py,
- * and the data plane's tests with either set).  What is done with a lane's bytes stays in the
- * DataPlane's Python methods, which serve calls.
+/* The data plane's per-event steps in C: the byte path's loop only.
+ * gateway/connection/plane_steps.py holds the Python references (serve_python, set_masks_python,
+ * receive_python, write_queue_python) and picks these where they were built; the suite runs both
+ * on the same cases (tests/unit/gateway/test_plane_steps.py, and the data plane's tests with
+ * either set).  What is done with a lane's bytes stays in the DataPlane's Python methods, which
+ * serve calls.
  *
  * serve(plane, timeout_ms) polls plane._epfd (the GIL released while it waits) and serves the
  * events, turn after turn, as serve_python does: a lane's client or upstream event to
- * plane._client_event or plane._upstream_event, then its masks, its deferred counters
+ * plane._client_event or plane._upstream_event (a plain EPOLLIN on a lane that splices nothing
+ * straight to plane._read_client or plane._read_upstream), then its masks, its deferred counters
  * (lane.metrics()) and, when it is draining, plane._drained_yet; an Exception out of those steps
  * goes to plane._failed(lane, e).  It returns once the loop has something else to do: plane._stop,
  * a lane on plane._ready, a command in plane._commands, or the tick (plane._next_tick) due.
  *
  * set_masks(plane, lane) registers the lane's two descriptors on plane._epfd for what its state
  * asks, as set_masks_python does, with epoll_ctl where a mask changed.
+ *
+ * receive(fd, decoder, size, into_min) reads what the descriptor holds into a frame decoder, as
+ * receive_python does: up to size bytes, or straight into a trusted peer's frame being assembled.
  *
  * write_queue(fd, out) writes the bytes-like chunks queued in `out` (a collections.deque) to the
  * non-blocking descriptor `fd`, with writev of at most MAX_IOV chunks a call, until the queue is
@@ -272,7 +277,7 @@ static int apply_mask(int epfd, int fd, long old, long new)
     return 0;
 }
 
-/* The mask of one side, computed as set_masks_python computes it (-1: an exception is set). */
+/* Both sides' masks, computed as set_masks_python computes them (-1: an exception is set). */
 static int masks_of(PyObject *plane, PyObject *lane, long *cmask_out, long *umask_out)
 {
     Py_ssize_t cout = attr_len(lane, S_cout);

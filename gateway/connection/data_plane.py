@@ -8,7 +8,8 @@ small sequential requests that is most of what a gateway adds to latency
 (docs/benchmarks.md).  So once a connection's client and upstream sockets are
 both plain TCP and its upstream connection is open, the connection's Trio task
 hands it to this thread (:mod:`gateway.connection.handoff`), which serves the *forwarding path* with a raw
-level-triggered epoll loop and no task switches:
+level-triggered epoll loop and no task switches (the loop's polls, epoll masks, reads and writes
+are C, :mod:`gateway.connection.plane_steps`; what each event means is this class's methods):
 
 * client readable → frame → :meth:`ConnectionCore.dispatch` (the one
   dispatcher: header parse, registry lookup, inspection and authorization,
@@ -198,8 +199,8 @@ class DataPlane:
                     raise RuntimeError(f"io.data_plane_cpus {list(self._cpus)}: {e}") from None
             while not self._stop:
                 # polls and their events until one of the steps below is due (plane_steps.serve):
-                # each lane's event to _client_event or _upstream_event, then _set_masks,
-                # lane.metrics, _drained_yet
+                # each lane's event to _client_event or _upstream_event (a plain EPOLLIN straight
+                # to _read_client or _read_upstream), then _set_masks, lane.metrics, _drained_yet
                 serve(self, 0 if ready else (_TICK_MS if lanes else -1))
                 if ready:
                     for _ in range(len(ready)):  # those ready before this turn: one quantum each
@@ -366,6 +367,8 @@ class DataPlane:
 
     # ---------------------------------------------------------------- events
     def _client_event(self, lane: Lane, ev: int) -> None:
+        # (a plain EPOLLIN while nothing is spliced comes not here but to _read_client, by
+        # plane_steps.serve: what this method would do with it)
         if lane.splicing is not None:
             self._pump(lane)  # (the client is not read meanwhile: only EPOLLOUT is asked for)
             return
@@ -377,6 +380,7 @@ class DataPlane:
             self._read_client(lane)
 
     def _upstream_event(self, lane: Lane, ev: int) -> None:
+        # (a plain EPOLLIN while nothing is spliced goes straight to _read_upstream: see above)
         if lane.splicing is not None:
             if ev & _OUT and lane.uout:
                 self._write(lane, lane.ufd, lane.uout, False)

@@ -432,11 +432,17 @@ def test_stopping_ends_the_serving(plane, serve):
     assert serve(plane, 10_000) == 1 and plane.turns == 1
 
 
-def test_one_lane_s_failure_ends_that_lane_only(plane, serve):
+def two_lanes_with_requests(plane):
+    """Lanes a and b, registered as usual, each with a request from its client to read."""
     a, b = plane.new_lane("a"), plane.new_lane("b")
     for lane in (a, b):
         registered_as(plane, lane, IN, IN)
         lane.client.send(b"request")
+    return a, b
+
+
+def test_one_lane_s_failure_ends_that_lane_only(plane, serve):
+    a, b = two_lanes_with_requests(plane)
 
     def fail(lane, side):
         if lane.name == "a":
@@ -478,10 +484,7 @@ def test_what_is_not_an_exception_is_not_a_lane_s_failure(plane, serve):
 
 
 def test_a_lane_ended_by_an_earlier_event_of_the_same_poll_is_not_served(plane, serve):
-    a, b = plane.new_lane("a"), plane.new_lane("b")
-    for lane in (a, b):
-        registered_as(plane, lane, IN, IN)
-        lane.client.send(b"request")
+    a, b = two_lanes_with_requests(plane)
 
     def end_the_other(lane, side):
         other = b if lane is a else a
