@@ -43,6 +43,19 @@
 
 static PyObject *S_popleft;
 
+/* `value` as a file descriptor: -1 with an error set (naming `who`) if it is not an int in range */
+static int as_fd(PyObject *value, const char *who)
+{
+    long fd = PyLong_AsLong(value);
+    if (fd == -1 && PyErr_Occurred())
+        return -1;
+    if (fd < 0 || fd > INT_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: descriptor %ld out of range", who, fd);
+        return -1;
+    }
+    return (int)fd;
+}
+
 /* Remove `written` bytes from the head of `out`, whose first chunks are `lens` long. */
 static int drop_written(PyObject *out, const Py_ssize_t *lens, Py_ssize_t n, Py_ssize_t written)
 {
@@ -78,14 +91,9 @@ static PyObject *write_queue(PyObject *module, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_TypeError, "write_queue(fd, out) takes 2 arguments");
         return NULL;
     }
-    long fd_long = PyLong_AsLong(args[0]);
-    if (fd_long == -1 && PyErr_Occurred())
+    int fd = as_fd(args[0], "write_queue");
+    if (fd < 0)
         return NULL;
-    if (fd_long < 0 || fd_long > INT_MAX) {
-        PyErr_SetString(PyExc_ValueError, "write_queue: fd out of range");
-        return NULL;
-    }
-    int fd = (int)fd_long;
     PyObject *out = args[1];
     Py_buffer views[MAX_IOV];
     struct iovec iov[MAX_IOV];
@@ -414,15 +422,12 @@ static int set_masks_impl(PyObject *plane, PyObject *lane, int epfd)
 
 static int plane_epfd(PyObject *plane)
 {
-    int ok = 1;
-    long fd = attr_long(plane, S_epfd, &ok);
-    if (!ok)
+    PyObject *value = PyObject_GetAttr(plane, S_epfd);
+    if (value == NULL)
         return -1;
-    if (fd < 0 || fd > INT_MAX) {
-        PyErr_SetString(PyExc_ValueError, "the data plane's epoll descriptor is closed");
-        return -1;
-    }
-    return (int)fd;
+    int fd = as_fd(value, "the data plane's epoll");
+    Py_DECREF(value);
+    return fd;
 }
 
 static PyObject *set_masks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -724,8 +729,8 @@ static PyObject *receive(PyObject *module, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "receive(fd, decoder, size, into_min) takes 4 arguments");
         return NULL;
     }
-    long fd = PyLong_AsLong(args[0]);
-    if (fd == -1 && PyErr_Occurred())
+    int fd = as_fd(args[0], "receive");
+    if (fd < 0)
         return NULL;
     Py_ssize_t size = PyLong_AsSsize_t(args[2]);
     if (size == -1 && PyErr_Occurred())
@@ -733,8 +738,8 @@ static PyObject *receive(PyObject *module, PyObject *const *args, Py_ssize_t nar
     Py_ssize_t into_min = PyLong_AsSsize_t(args[3]);
     if (into_min == -1 && PyErr_Occurred())
         return NULL;
-    if (fd < 0 || fd > INT_MAX || size <= 0) {
-        PyErr_SetString(PyExc_ValueError, "receive: fd or size out of range");
+    if (size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "receive: size must be positive");
         return NULL;
     }
     PyObject *decoder = args[1];
@@ -754,7 +759,7 @@ static PyObject *receive(PyObject *module, PyObject *const *args, Py_ssize_t nar
                 return NULL;
             }
             if (view.len >= into_min) {
-                ssize_t n = read_released((int)fd, view.buf, (size_t)view.len, &err);
+                ssize_t n = read_released(fd, view.buf, (size_t)view.len, &err);
                 PyBuffer_Release(&view);
                 Py_DECREF(space);
                 if (n < 0)
@@ -777,7 +782,7 @@ static PyObject *receive(PyObject *module, PyObject *const *args, Py_ssize_t nar
     PyObject *data = PyBytes_FromStringAndSize(NULL, size);
     if (data == NULL)
         return NULL;
-    ssize_t n = read_released((int)fd, PyBytes_AS_STRING(data), (size_t)size, &err);
+    ssize_t n = read_released(fd, PyBytes_AS_STRING(data), (size_t)size, &err);
     if (n <= 0) {
         Py_DECREF(data);
         return n < 0 ? read_failed(err) : PyLong_FromLong(0);
