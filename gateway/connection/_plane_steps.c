@@ -85,16 +85,9 @@ static int drop_written(PyObject *out, const Py_ssize_t *lens, Py_ssize_t n, Py_
     return done;
 }
 
-static PyObject *write_queue(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* write_queue's work: the bytes written, or -1 with an exception set */
+static Py_ssize_t write_queue_impl(int fd, PyObject *out)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "write_queue(fd, out) takes 2 arguments");
-        return NULL;
-    }
-    int fd = as_fd(args[0], "write_queue");
-    if (fd < 0)
-        return NULL;
-    PyObject *out = args[1];
     Py_buffer views[MAX_IOV];
     struct iovec iov[MAX_IOV];
     Py_ssize_t lens[MAX_IOV];
@@ -102,7 +95,7 @@ static PyObject *write_queue(PyObject *module, PyObject *const *args, Py_ssize_t
     for (;;) {
         Py_ssize_t n = PySequence_Size(out);
         if (n < 0)
-            return NULL;
+            return -1;
         if (n == 0)
             break;
         if (n > MAX_IOV)
@@ -123,7 +116,7 @@ static PyObject *write_queue(PyObject *module, PyObject *const *args, Py_ssize_t
         if (held < n) {
             for (Py_ssize_t i = 0; i < held; i++)
                 PyBuffer_Release(&views[i]);
-            return NULL;
+            return -1;
         }
         ssize_t written;
         int err;
@@ -139,13 +132,27 @@ static PyObject *write_queue(PyObject *module, PyObject *const *args, Py_ssize_t
             if (err == EAGAIN || err == EWOULDBLOCK)
                 break;
             errno = err;
-            return PyErr_SetFromErrno(PyExc_OSError);
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
         }
         total += written;
         if (drop_written(out, lens, n, written) < 0)
-            return NULL;
+            return -1;
     }
-    return PyLong_FromSsize_t(total);
+    return total;
+}
+
+static PyObject *write_queue(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "write_queue(fd, out) takes 2 arguments");
+        return NULL;
+    }
+    int fd = as_fd(args[0], "write_queue");
+    if (fd < 0)
+        return NULL;
+    Py_ssize_t total = write_queue_impl(fd, args[1]);
+    return total < 0 ? NULL : PyLong_FromSsize_t(total);
 }
 
 /* ---------------------------------------------------------------- masks and events */
@@ -164,7 +171,7 @@ static PyObject *S_closed, *S_cout, *S_uout, *S_splicing, *S_in_pipe, *S_moving,
  * descriptor found on its MRO, which no instance attribute can shadow), its instances' fields
  * are read at their offsets, as the interpreter's own specialised attribute loads do; any
  * other object (a test's stand-in, a class without those slots) is asked by name. */
-#define LANE_FIELDS 14
+#define LANE_FIELDS 19
 static PyObject *LANE_NAMES[LANE_FIELDS];
 static PyTypeObject *lane_type;      /* the class whose offsets are known (held) */
 static PyTypeObject *other_type;     /* the last class found without them (compared, not held) */
@@ -712,15 +719,72 @@ static ssize_t read_released(int fd, void *buf, size_t size, int *err)
     return n;
 }
 
-/* What a failed read returns: -1 (nothing there), 0 (the peer is gone), or NULL (raised). */
-static PyObject *read_failed(int err)
+/* What a failed read comes to: -1 (nothing there), 0 (the peer is gone), or -2 (raised). */
+static Py_ssize_t read_failed(int err)
 {
     if (err == EAGAIN || err == EWOULDBLOCK)
-        return PyLong_FromLong(-1);
+        return -1;
     if (connection_error(err))
-        return PyLong_FromLong(0);
+        return 0;
     errno = err;
-    return PyErr_SetFromErrno(PyExc_OSError);
+    PyErr_SetFromErrno(PyExc_OSError);
+    return -2;
+}
+
+/* receive's work: the bytes read, 0 at end of stream, -1 if none, -2 with an exception set */
+static Py_ssize_t receive_impl(int fd, PyObject *decoder, Py_ssize_t size, Py_ssize_t into_min)
+{
+    int err;
+    /* (only a trusted peer's decoder allocates a frame to read into: a client's never asks) */
+    int trusted = attr_true(decoder, S_trusted);
+    if (trusted < 0)
+        return -2;
+    if (trusted) {
+        PyObject *space = PyObject_CallMethodNoArgs(decoder, S_partial_space);
+        if (space == NULL)
+            return -2;
+        if (space != Py_None) {
+            Py_buffer view;
+            if (PyObject_GetBuffer(space, &view, PyBUF_WRITABLE) < 0) {
+                Py_DECREF(space);
+                return -2;
+            }
+            if (view.len >= into_min) {
+                ssize_t n = read_released(fd, view.buf, (size_t)view.len, &err);
+                PyBuffer_Release(&view);
+                Py_DECREF(space);
+                if (n <= 0)
+                    return n < 0 ? read_failed(err) : 0;
+                PyObject *got = PyLong_FromSsize_t(n);
+                if (got == NULL)
+                    return -2;
+                PyObject *r = PyObject_CallMethodOneArg(decoder, S_partial_filled, got);
+                Py_DECREF(got);
+                if (r == NULL)
+                    return -2;
+                Py_DECREF(r);
+                return n;
+            }
+            PyBuffer_Release(&view);
+        }
+        Py_DECREF(space);
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, size);
+    if (data == NULL)
+        return -2;
+    ssize_t n = read_released(fd, PyBytes_AS_STRING(data), (size_t)size, &err);
+    if (n <= 0) {
+        Py_DECREF(data);
+        return n < 0 ? read_failed(err) : 0;
+    }
+    if (n != size && _PyBytes_Resize(&data, n) < 0)
+        return -2;
+    PyObject *r = PyObject_CallMethodOneArg(decoder, S_receive_data, data);
+    Py_DECREF(data);
+    if (r == NULL)
+        return -2;
+    Py_DECREF(r);
+    return n;
 }
 
 static PyObject *receive(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -742,59 +806,600 @@ static PyObject *receive(PyObject *module, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_ValueError, "receive: size must be positive");
         return NULL;
     }
-    PyObject *decoder = args[1];
-    int err;
-    /* (only a trusted peer's decoder allocates a frame to read into: a client's never asks) */
-    int trusted = attr_true(decoder, S_trusted);
-    if (trusted < 0)
-        return NULL;
-    if (trusted) {
-        PyObject *space = PyObject_CallMethodNoArgs(decoder, S_partial_space);
-        if (space == NULL)
-            return NULL;
-        if (space != Py_None) {
-            Py_buffer view;
-            if (PyObject_GetBuffer(space, &view, PyBUF_WRITABLE) < 0) {
-                Py_DECREF(space);
-                return NULL;
+    Py_ssize_t n = receive_impl(fd, args[1], size, into_min);
+    return n < -1 ? NULL : PyLong_FromSsize_t(n);
+}
+
+/* ---------------------------------------------------------------- handlers */
+
+/* What the handlers take from gateway/connection/data_plane.py, given once by configure(): the
+ * decoder's NEED_DATA, FrameError, NeedThrottle, the makers of a CloseConnection (reason, metric)
+ * and of a failed write's error (lane, fd, OSError), and the sizes the reads and the quantum use. */
+static PyObject *NEED_DATA, *FRAME_ERROR, *NEED_THROTTLE, *CLOSE_ERROR, *WRITE_FAILED;
+static Py_ssize_t QUANTUM, RECV, RECV_FRAME, RECV_INTO_MIN, HEAD;
+static PyObject *S_cdec, *S_udec, *S_n_in, *S_n_out, *S_post, *S_to_come, *S_in_frame, *S_buffered, *S_next_frame,
+    *S_dispatch, *S_append, *S_data, *S_last_read, *S_in_flight, *S_spec, *S_stream_response, *S_defer_from,
+    *S_complete_responses, *S_heavy, *S_end, *S_open_splicing, *S_eof, *S_await, *MSG_HEAVY, *S_upstream,
+    *S_upstream_closed;
+
+/* obj.name = value (a lane's slot written in place, as the interpreter's member descriptor would) */
+static int set_field(PyObject *obj, PyObject *name, PyObject *value)
+{
+    if (Py_TYPE(obj) == lane_type) {
+        for (int i = 0; i < LANE_FIELDS; i++) {
+            if (LANE_NAMES[i] == name) {
+                PyObject **slot = (PyObject **)((char *)obj + lane_offsets[i]);
+                PyObject *old = *slot;
+                *slot = Py_NewRef(value);
+                Py_XDECREF(old);
+                return 0;
             }
-            if (view.len >= into_min) {
-                ssize_t n = read_released(fd, view.buf, (size_t)view.len, &err);
-                PyBuffer_Release(&view);
-                Py_DECREF(space);
-                if (n < 0)
-                    return read_failed(err);
-                PyObject *got = PyLong_FromSsize_t(n);
-                if (got == NULL || n == 0)
-                    return got;
-                PyObject *r = PyObject_CallMethodOneArg(decoder, S_partial_filled, got);
-                if (r == NULL) {
-                    Py_DECREF(got);
-                    return NULL;
-                }
-                Py_DECREF(r);
-                return got;
-            }
-            PyBuffer_Release(&view);
         }
-        Py_DECREF(space);
     }
-    PyObject *data = PyBytes_FromStringAndSize(NULL, size);
-    if (data == NULL)
-        return NULL;
-    ssize_t n = read_released(fd, PyBytes_AS_STRING(data), (size_t)size, &err);
-    if (n <= 0) {
-        Py_DECREF(data);
-        return n < 0 ? read_failed(err) : PyLong_FromLong(0);
-    }
-    if (n != size && _PyBytes_Resize(&data, n) < 0)
-        return NULL;
-    PyObject *r = PyObject_CallMethodOneArg(decoder, S_receive_data, data);
-    Py_DECREF(data);
+    return PyObject_SetAttr(obj, name, value);
+}
+
+/* obj.name += n */
+static int add_to(PyObject *obj, PyObject *name, Py_ssize_t n)
+{
+    PyObject *value = get_attr(obj, name);
+    if (value == NULL)
+        return -1;
+    PyObject *step = PyLong_FromSsize_t(n);
+    PyObject *sum = step == NULL ? NULL : PyNumber_Add(value, step);
+    Py_DECREF(value);
+    Py_XDECREF(step);
+    if (sum == NULL)
+        return -1;
+    int set = set_field(obj, name, sum);
+    Py_DECREF(sum);
+    return set;
+}
+
+/* obj.name as a Py_ssize_t: -1 with an exception set if it is not an int in range */
+static Py_ssize_t attr_size(PyObject *obj, PyObject *name)
+{
+    PyObject *value = get_attr(obj, name);
+    if (value == NULL)
+        return -1;
+    Py_ssize_t n = PyLong_AsSsize_t(value);
+    Py_DECREF(value);
+    return n;
+}
+
+/* obj.name(arg) called for its effect: 0, or -1 with an exception set */
+static int call_for_effect(PyObject *obj, PyObject *name, PyObject *arg)
+{
+    PyObject *r = call_method(obj, name, arg, NULL);
     if (r == NULL)
-        return NULL;
+        return -1;
     Py_DECREF(r);
-    return PyLong_FromSsize_t(n);
+    return 0;
+}
+
+/* raise CLOSE_ERROR(reason, metric): always -1 */
+static int raise_close(PyObject *reason, PyObject *metric)
+{
+    PyObject *e = PyObject_CallFunctionObjArgs(CLOSE_ERROR, reason, metric, NULL);
+    if (e != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+        Py_DECREF(e);
+    }
+    return -1;
+}
+
+/* DataPlane._write: out's chunks to fd until done or it would block (to the client: counted as
+ * sent, and no longer unsent); a failed write raises what WRITE_FAILED(lane, fd, error) makes. */
+static int write_out(PyObject *lane, int fd, PyObject *out, int to_client)
+{
+    Py_ssize_t sent = write_queue_impl(fd, out);
+    if (sent < 0) {
+        if (PyErr_ExceptionMatches(PyExc_OSError)) {
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            PyObject *fd_obj = PyLong_FromLong(fd);
+            PyObject *e = fd_obj == NULL ? NULL : PyObject_CallFunctionObjArgs(WRITE_FAILED, lane, fd_obj, value, NULL);
+            Py_XDECREF(fd_obj);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            if (e != NULL) {
+                PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+                Py_DECREF(e);
+            }
+        }
+        return -1;
+    }
+    if (to_client && sent) {
+        if (add_to(lane, S_n_out, sent) < 0)
+            return -1;
+        PyObject *conn = get_attr(lane, S_conn);
+        if (conn == NULL)
+            return -1;
+        int done = add_to(conn, S_unsent, -sent);
+        Py_DECREF(conn);
+        return done;
+    }
+    return 0;
+}
+
+/* One side's queue written: the lane's field `fd_name`'s descriptor */
+static int write_side(PyObject *lane, PyObject *fd_name, PyObject *out, int to_client)
+{
+    int ok = 1;
+    long fd = attr_long(lane, fd_name, &ok);
+    if (!ok)
+        return -1;
+    return write_out(lane, (int)fd, out, to_client);
+}
+
+/* DataPlane._flush_client: completed responses from the head of conn.pending to the client, in order */
+static int flush_client_impl(PyObject *lane)
+{
+    PyObject *conn = get_attr(lane, S_conn);
+    if (conn == NULL)
+        return -1;
+    PyObject *pending = PyObject_GetAttr(conn, S_pending);
+    Py_DECREF(conn);
+    if (pending == NULL)
+        return -1;
+    PyObject *cout = get_attr(lane, S_cout);
+    int done = -1;
+    if (cout == NULL)
+        goto out;
+    for (;;) {
+        Py_ssize_t n = PyObject_Length(pending);
+        if (n < 0)
+            goto out;
+        if (n == 0)
+            break;
+        PyObject *head = PySequence_GetItem(pending, 0);
+        if (head == NULL)
+            goto out;
+        PyObject *data = PyObject_GetAttr(head, S_data);
+        Py_DECREF(head);
+        if (data == NULL)
+            goto out;
+        if (data == Py_None) {
+            Py_DECREF(data);
+            break;
+        }
+        PyObject *gone = PyObject_CallMethodNoArgs(pending, S_popleft);
+        Py_XDECREF(gone);
+        int added = gone == NULL ? -1 : call_for_effect(cout, S_append, data);
+        Py_DECREF(data);
+        if (added < 0)
+            goto out;
+    }
+    Py_ssize_t queued = PyObject_Length(cout);
+    if (queued < 0)
+        goto out;
+    if (queued) {
+        int closed = attr_true(lane, S_closed);
+        if (closed < 0 || (!closed && write_side(lane, S_cfd, cout, 1) < 0))
+            goto out;
+    }
+    done = 0;
+out:
+    Py_DECREF(pending);
+    Py_XDECREF(cout);
+    return done;
+}
+
+/* The frames process_client takes from the client decoder, in the turns of its loop */
+static int process_frames(PyObject *plane, PyObject *lane, PyObject *conn, PyObject *dec, PyObject *uout)
+{
+    PyObject *pending = PyObject_GetAttr(conn, S_pending);
+    if (pending == NULL)
+        return -1;
+    int done = -1;
+    Py_ssize_t limit = attr_size(conn, S_max_in_flight);
+    if (limit == -1 && PyErr_Occurred())
+        goto out;
+    Py_ssize_t budget = QUANTUM;
+    for (;;) {
+        int answered = 0, need_data = 0;
+        for (;;) {
+            Py_ssize_t in_flight = PyObject_Length(pending);
+            if (in_flight < 0)
+                goto out;
+            if (in_flight >= limit)
+                break;
+            int muted = attrs_ge(conn, S_unsent, conn, S_max_unsent);  /* (conn.muted) */
+            if (muted < 0)
+                goto out;
+            if (muted)
+                break;
+            if (!budget) {  /* its next frames wait for the other lanes' turn */
+                if (call_for_effect(plane, S_requeue, lane) < 0)
+                    goto out;
+                break;
+            }
+            PyObject *frame = PyObject_CallMethodNoArgs(dec, S_next_frame);
+            if (frame == NULL) {
+                if (PyErr_ExceptionMatches(FRAME_ERROR)) {
+                    PyObject *type, *value, *tb;
+                    PyErr_Fetch(&type, &value, &tb);
+                    PyErr_NormalizeException(&type, &value, &tb);
+                    PyObject *reason = PyObject_Str(value);
+                    Py_XDECREF(type);
+                    Py_XDECREF(value);
+                    Py_XDECREF(tb);
+                    if (reason != NULL) {
+                        PyObject *metric = PyUnicode_FromString("frame");
+                        if (metric != NULL) {
+                            raise_close(reason, metric);
+                            Py_DECREF(metric);
+                        }
+                        Py_DECREF(reason);
+                    }
+                }
+                goto out;
+            }
+            if (frame == NEED_DATA) {
+                Py_DECREF(frame);
+                if (set_field(lane, S_backlog, Py_False) < 0)
+                    goto out;
+                need_data = 1;
+                break;
+            }
+            if (set_field(lane, S_backlog, Py_True) < 0) {
+                Py_DECREF(frame);
+                goto out;
+            }
+            budget--;
+            PyObject *outcome = call_method(conn, S_dispatch, frame, uout);
+            Py_DECREF(frame);
+            if (outcome == NULL)
+                goto out;
+            if (outcome == Py_False) {  /* forwarded (the usual outcome) */
+                Py_DECREF(outcome);
+                Py_ssize_t buffered = attr_size(dec, S_buffered);
+                if (buffered < 0)
+                    goto out;
+                if (!buffered) {  /* nothing more was read: no frame to look for */
+                    if (set_field(lane, S_backlog, Py_False) < 0)
+                        goto out;
+                    need_data = 1;
+                    break;
+                }
+                continue;
+            }
+            if (outcome == Py_True) {
+                Py_DECREF(outcome);
+                answered = 1;
+                continue;
+            }
+            int stepped;
+            if ((PyObject *)Py_TYPE(outcome) == NEED_THROTTLE) {  /* over a quota: held, the answers still read */
+                stepped = set_field(lane, S_held, outcome);
+            } else {  /* an Await: performed on the connection's Trio task */
+                stepped = set_field(lane, S_paused, Py_True);
+                PyObject *message = stepped < 0 ? NULL : PyTuple_Pack(2, S_await, outcome);
+                stepped = message == NULL ? -1 : call_for_effect(lane, S_post, message);
+                Py_XDECREF(message);
+            }
+            Py_DECREF(outcome);
+            if (stepped < 0)
+                goto out;
+            break;
+        }
+        Py_ssize_t queued = PyObject_Length(uout);
+        if (queued < 0)
+            goto out;
+        if (queued && write_side(lane, S_ufd, uout, 0) < 0)  /* (before an awaited one: the requests ahead of it) */
+            goto out;
+        if (!answered)
+            break;
+        if (call_for_effect(lane, S_metrics, NULL) < 0  /* counted before the client can see the answers */
+            || flush_client_impl(lane) < 0)  /* local answers free their slots at once ... */
+            goto out;
+        if (need_data || !budget)
+            break;
+        int stop = attr_true(lane, S_paused);
+        if (stop == 0)
+            stop = attr_true(lane, S_closed);
+        if (stop == 0) {
+            queued = PyObject_Length(uout);
+            stop = queued < 0 ? -1 : queued > 0;
+        }
+        if (stop == 0) {
+            Py_ssize_t in_flight = PyObject_Length(pending);
+            stop = in_flight < 0 ? -1 : in_flight >= limit;
+        }
+        if (stop == 0)
+            stop = attrs_ge(conn, S_unsent, conn, S_max_unsent);
+        if (stop < 0)
+            goto out;
+        if (stop)
+            break;  /* ... so frames held back by max_in_flight may go on */
+    }
+    done = 0;
+out:
+    Py_DECREF(pending);
+    return done;
+}
+
+/* DataPlane._process_client: what waits for the upstream written, then the client's buffered
+ * frames dispatched and written, until the decoder needs data, max_in_flight is reached, the
+ * quantum is spent or a request must await */
+static int process_client_impl(PyObject *plane, PyObject *lane)
+{
+    int stop = attr_true(lane, S_closed);
+    if (stop == 0)
+        stop = attr_true(lane, S_paused);
+    if (stop)
+        return stop < 0 ? -1 : 0;
+    PyObject *uout = get_attr(lane, S_uout);
+    if (uout == NULL)
+        return -1;
+    PyObject *conn = NULL, *dec = NULL;
+    int done = -1;
+    Py_ssize_t queued = PyObject_Length(uout);
+    if (queued < 0)
+        goto out;
+    if (queued) {
+        if (write_side(lane, S_ufd, uout, 0) < 0)
+            goto out;
+        queued = PyObject_Length(uout);
+        if (queued) {  /* the upstream is not taking more now: EPOLLOUT resumes us */
+            done = queued < 0 ? -1 : 0;
+            goto out;
+        }
+    }
+    /* no new request while the gateway stops, the client waits out a throttle or a response is spliced */
+    stop = attr_true(lane, S_draining);
+    if (stop == 0) {
+        PyObject *held = get_attr(lane, S_held);
+        stop = held == NULL ? -1 : held != Py_None;
+        Py_XDECREF(held);
+    }
+    if (stop == 0) {
+        PyObject *sp = get_attr(lane, S_splicing);
+        stop = sp == NULL ? -1 : sp != Py_None;
+        Py_XDECREF(sp);
+    }
+    if (stop) {
+        done = stop < 0 ? -1 : 0;
+        goto out;
+    }
+    conn = get_attr(lane, S_conn);
+    dec = conn == NULL ? NULL : get_attr(lane, S_cdec);
+    if (dec != NULL)
+        done = process_frames(plane, lane, conn, dec, uout);
+out:
+    Py_DECREF(uout);
+    Py_XDECREF(conn);
+    Py_XDECREF(dec);
+    return done;
+}
+
+/* DataPlane._read_client: a read of the client (the rest of a large request in reads of up to
+ * RECV_FRAME), then its frames processed; the end of its stream ends the lane ("eof") */
+static int read_client_impl(PyObject *plane, PyObject *lane)
+{
+    PyObject *dec = get_attr(lane, S_cdec);
+    if (dec == NULL)
+        return -1;
+    int done = -1;
+    int ok = 1;
+    Py_ssize_t to_come = attr_size(dec, S_to_come);
+    long fd = to_come < 0 ? 0 : attr_long(lane, S_cfd, &ok);
+    if (to_come < 0 || !ok)
+        goto out;
+    Py_ssize_t size = to_come <= RECV ? RECV : (to_come < RECV_FRAME ? to_come : RECV_FRAME);
+    Py_ssize_t n = receive_impl((int)fd, dec, size, RECV_INTO_MIN);
+    if (n < -1)
+        goto out;
+    if (n == 0) {
+        int in_frame = attr_true(dec, S_in_frame);
+        if (in_frame < 0)
+            goto out;
+        Py_ssize_t left = in_frame ? attr_size(dec, S_buffered) : 0;
+        if (left < 0)
+            goto out;
+        PyObject *count = PyLong_FromSsize_t(left);
+        PyObject *message = count == NULL ? NULL : PyTuple_Pack(2, S_eof, count);
+        Py_XDECREF(count);
+        if (message == NULL)
+            goto out;
+        PyObject *r = call_method(plane, S_end, lane, message);
+        Py_DECREF(message);
+        if (r == NULL)
+            goto out;
+        Py_DECREF(r);
+    } else if (n > 0) {
+        if (add_to(lane, S_n_in, n) < 0)
+            goto out;
+        PyObject *conn = get_attr(lane, S_conn);
+        if (conn == NULL)
+            goto out;
+        PyObject *now = PyFloat_FromDouble(monotonic_now());
+        int set = now == NULL ? -1 : PyObject_SetAttr(conn, S_last_read, now);
+        Py_XDECREF(now);
+        Py_DECREF(conn);
+        if (set < 0 || process_client_impl(plane, lane) < 0)
+            goto out;
+    }
+    done = 0;
+out:
+    Py_DECREF(dec);
+    return done;
+}
+
+/* Whether the upstream's next read is only a head (HEAD bytes): a response that may be spliced
+ * begins (the decoder defers large frames, the oldest request's API has a walker, nothing is
+ * buffered); 1, 0, or -1 with an exception set */
+static int head_only(PyObject *dec, PyObject *in_flight)
+{
+    int defers = attr_true(dec, S_defer_from);
+    if (defers <= 0)
+        return defers;
+    Py_ssize_t n = PyObject_Length(in_flight);
+    if (n <= 0)
+        return n < 0 ? -1 : 0;
+    PyObject *slot = PySequence_GetItem(in_flight, 0);
+    if (slot == NULL)
+        return -1;
+    PyObject *spec = PyObject_GetAttr(slot, S_spec);
+    Py_DECREF(slot);
+    if (spec == NULL)
+        return -1;
+    int walks = attr_true(spec, S_stream_response);
+    Py_DECREF(spec);
+    if (walks <= 0)
+        return walks;
+    Py_ssize_t buffered = attr_size(dec, S_buffered);
+    return buffered < 0 ? -1 : buffered == 0;
+}
+
+/* DataPlane._read_upstream: a read of the upstream, its whole responses paired with their
+ * requests and written to the client in order; a large one to a worker thread (the lane paused)
+ * or passed on as it arrives; then the requests max_in_flight held back */
+static int read_upstream_impl(PyObject *plane, PyObject *lane)
+{
+    PyObject *dec = get_attr(lane, S_udec);
+    PyObject *conn = dec == NULL ? NULL : get_attr(lane, S_conn);
+    PyObject *in_flight = conn == NULL ? NULL : PyObject_GetAttr(conn, S_in_flight);
+    int done = -1;
+    if (in_flight == NULL)
+        goto out;
+    int head = head_only(dec, in_flight);
+    if (head < 0)
+        goto out;
+    int ok = 1;
+    long fd = attr_long(lane, S_ufd, &ok);
+    if (!ok)
+        goto out;
+    Py_ssize_t n = receive_impl((int)fd, dec, head ? HEAD : RECV, RECV_INTO_MIN);
+    if (n < -1)
+        goto out;
+    if (n == 0) {
+        raise_close(S_upstream_closed, S_upstream);
+        goto out;
+    }
+    if (n < 0) {
+        done = 0;
+        goto out;
+    }
+    PyObject *r = call_method(conn, S_complete_responses, dec, NULL);
+    if (r == NULL)
+        goto out;
+    int completed = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (completed < 0)
+        goto out;
+    PyObject *heavy = PyObject_GetAttr(conn, S_heavy);
+    if (heavy == NULL)
+        goto out;
+    int is_heavy = heavy != Py_None;
+    Py_DECREF(heavy);
+    if (completed && flush_client_impl(lane) < 0)
+        goto out;
+    if (is_heavy) {  /* a large response to decode: on a worker thread, the lane paused */
+        if (set_field(lane, S_paused, Py_True) < 0 || call_for_effect(lane, S_post, MSG_HEAVY) < 0)
+            goto out;
+        done = 0;
+        goto out;
+    }
+    int deferred = attr_true(dec, S_deferred);
+    if (deferred < 0)
+        goto out;
+    if (deferred) {  /* a large response begins: passed on as it arrives if it can be */
+        if (call_for_effect(plane, S_open_splicing, lane) < 0)
+            goto out;
+        PyObject *sp = get_attr(lane, S_splicing);
+        if (sp == NULL)
+            goto out;
+        int spliced = sp != Py_None;
+        Py_DECREF(sp);
+        if (spliced) {
+            done = 0;
+            goto out;
+        }
+    }
+    if (completed) {  /* requests held back by max_in_flight may go now */
+        PyObject *cdec = get_attr(lane, S_cdec);
+        if (cdec == NULL)
+            goto out;
+        Py_ssize_t buffered = attr_size(cdec, S_buffered);
+        Py_DECREF(cdec);
+        if (buffered < 0)
+            goto out;
+        int paused = buffered ? attr_true(lane, S_paused) : 1;
+        if (paused < 0 || (!paused && process_client_impl(plane, lane) < 0))
+            goto out;
+    }
+    done = 0;
+out:
+    Py_XDECREF(dec);
+    Py_XDECREF(conn);
+    Py_XDECREF(in_flight);
+    return done;
+}
+
+static int handlers_ready(Py_ssize_t nargs, const char *name)
+{
+    if (NEED_DATA == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "%s: the handlers are not configured", name);
+        return 0;
+    }
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "%s(plane, lane) takes 2 arguments", name);
+        return 0;
+    }
+    return 1;
+}
+
+#define HANDLER(name, call)                                                          \
+    static PyObject *name(PyObject *module, PyObject *const *args, Py_ssize_t nargs) \
+    {                                                                                \
+        if (!handlers_ready(nargs, #name))                                           \
+            return NULL;                                                             \
+        learn_lane(args[1]);                                                         \
+        if ((call) < 0)                                                              \
+            return NULL;                                                             \
+        Py_RETURN_NONE;                                                              \
+    }
+
+HANDLER(read_client, read_client_impl(args[0], args[1]))
+HANDLER(read_upstream, read_upstream_impl(args[0], args[1]))
+HANDLER(process_client, process_client_impl(args[0], args[1]))
+HANDLER(flush_client, flush_client_impl(args[1]))
+
+static PyObject *configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "configure(need_data, frame_error, need_throttle, close_error, "
+                        "write_failed, quantum, recv, recv_frame, recv_into_min, head) takes 10 arguments");
+        return NULL;
+    }
+    Py_ssize_t sizes[5];
+    for (int i = 0; i < 5; i++) {
+        sizes[i] = PyLong_AsSsize_t(args[5 + i]);
+        if (sizes[i] == -1 && PyErr_Occurred())
+            return NULL;
+        if (sizes[i] <= 0) {
+            PyErr_SetString(PyExc_ValueError, "configure: the quantum and the read sizes must be positive");
+            return NULL;
+        }
+    }
+    if (!PyType_Check(args[1]) || !PyType_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "configure: frame_error and need_throttle must be classes");
+        return NULL;
+    }
+    Py_XSETREF(NEED_DATA, Py_NewRef(args[0]));
+    Py_XSETREF(FRAME_ERROR, Py_NewRef(args[1]));
+    Py_XSETREF(NEED_THROTTLE, Py_NewRef(args[2]));
+    Py_XSETREF(CLOSE_ERROR, Py_NewRef(args[3]));
+    Py_XSETREF(WRITE_FAILED, Py_NewRef(args[4]));
+    QUANTUM = sizes[0];
+    RECV = sizes[1];
+    RECV_FRAME = sizes[2];
+    RECV_INTO_MIN = sizes[3];
+    HEAD = sizes[4];
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
@@ -804,6 +1409,17 @@ static PyMethodDef methods[] = {
      "receive(fd, decoder, size, into_min) -> bytes read into decoder: 0 at end of stream, -1 if none"},
     {"set_masks", (PyCFunction)(void (*)(void))set_masks, METH_FASTCALL,
      "set_masks(plane, lane): register the lane's descriptors for what its state asks"},
+    {"read_client", (PyCFunction)(void (*)(void))read_client, METH_FASTCALL,
+     "read_client(plane, lane): DataPlane._read_client"},
+    {"read_upstream", (PyCFunction)(void (*)(void))read_upstream, METH_FASTCALL,
+     "read_upstream(plane, lane): DataPlane._read_upstream"},
+    {"process_client", (PyCFunction)(void (*)(void))process_client, METH_FASTCALL,
+     "process_client(plane, lane): DataPlane._process_client"},
+    {"flush_client", (PyCFunction)(void (*)(void))flush_client, METH_FASTCALL,
+     "flush_client(plane, lane): DataPlane._flush_client"},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
+     "configure(need_data, frame_error, need_throttle, close_error, write_failed, quantum, recv, recv_frame, "
+     "recv_into_min, head): what the handlers take from the data plane"},
     {"write_queue", (PyCFunction)(void (*)(void))write_queue, METH_FASTCALL,
      "write_queue(fd, out) -> bytes written: out's chunks until it is empty or fd would block"},
     {NULL, NULL, 0, NULL},
@@ -841,8 +1457,23 @@ PyMODINIT_FUNC PyInit__plane_steps(void)
         return NULL;
     if (intern(&S_read_client, "_read_client") || intern(&S_read_upstream, "_read_upstream"))
         return NULL;
+    if (intern(&S_cdec, "cdec") || intern(&S_udec, "udec") || intern(&S_n_in, "n_in") || intern(&S_n_out, "n_out")
+        || intern(&S_post, "post") || intern(&S_to_come, "to_come") || intern(&S_in_frame, "in_frame")
+        || intern(&S_buffered, "buffered") || intern(&S_next_frame, "next_frame") || intern(&S_dispatch, "dispatch")
+        || intern(&S_append, "append") || intern(&S_data, "data") || intern(&S_last_read, "last_read")
+        || intern(&S_in_flight, "in_flight") || intern(&S_spec, "spec")
+        || intern(&S_stream_response, "stream_response") || intern(&S_defer_from, "defer_from")
+        || intern(&S_complete_responses, "complete_responses") || intern(&S_heavy, "heavy")
+        || intern(&S_end, "_end") || intern(&S_open_splicing, "_open_splicing") || intern(&S_eof, "eof")
+        || intern(&S_await, "await") || intern(&S_upstream, "upstream")
+        || intern(&S_upstream_closed, "upstream closed the connection"))
+        return NULL;
+    MSG_HEAVY = Py_BuildValue("(s)", "heavy");
+    if (MSG_HEAVY == NULL)
+        return NULL;
     PyObject *lane_names[LANE_FIELDS] = {S_paused, S_cfd, S_ufd, S_deferred, S_draining, S_closed, S_cout, S_uout,
-                                         S_splicing, S_conn, S_held, S_backlog, S_cmask, S_umask};
+                                         S_splicing, S_conn, S_held, S_backlog, S_cmask, S_umask,
+                                         S_cdec, S_udec, S_n_in, S_n_out, S_post};
     memcpy(LANE_NAMES, lane_names, sizeof lane_names);
     ONE = PyLong_FromLong(1);
     if (ONE == NULL)

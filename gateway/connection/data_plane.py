@@ -9,7 +9,9 @@ small sequential requests that is most of what a gateway adds to latency
 both plain TCP and its upstream connection is open, the connection's Trio task
 hands it to this thread (:mod:`gateway.connection.handoff`), which serves the *forwarding path* with a raw
 level-triggered epoll loop and no task switches (the loop's polls, epoll masks, reads and writes
-are C, :mod:`gateway.connection.plane_steps`; what each event means is this class's methods):
+are C, :mod:`gateway.connection.plane_steps`, and so are the handlers every request goes through,
+:meth:`_read_client`, :meth:`_process_client`, :meth:`_read_upstream` and :meth:`_flush_client`,
+whose Python methods here are the references; what the rarer events mean is this class's methods):
 
 * client readable → frame → :meth:`ConnectionCore.dispatch` (the one
   dispatcher: header parse, registry lookup, inspection and authorization,
@@ -84,13 +86,14 @@ import os
 import select
 import threading
 import time
+from types import MethodType
 from typing import Callable
 
 import trio
 
 from gateway.connection.core import CloseConnection, NeedThrottle
 from gateway.connection.lane import Lane
-from gateway.connection.plane_steps import receive, serve, set_masks, write_queue
+from gateway.connection.plane_steps import handlers, receive, serve, set_masks, write_queue
 from gateway.connection.splicing import PipePool, Splicing, splice
 from protocol.framing import NEED_DATA, FrameError
 
@@ -120,6 +123,13 @@ _BAD = select.EPOLLERR | select.EPOLLHUP
 
 class _ClientGone(Exception):
     """Writing to the client failed: it is gone (logged at DEBUG, as on the Trio path)."""
+
+
+def _write_failed(lane: Lane, fd: int, e: OSError) -> Exception:
+    """What a failed write to ``fd`` ends ``lane`` with: the client is gone, or the upstream lost."""
+    if fd == lane.cfd:
+        return _ClientGone(str(e))
+    return CloseConnection(f"upstream connection lost while sending: {e}", "upstream")
 
 
 def on_trio_thread() -> bool:
@@ -155,6 +165,11 @@ class DataPlane:
         self._next_tick = 0.0
         #: False once :meth:`run` has returned (nothing will answer a release any more)
         self.running = True
+        if handlers is not None:  # the C handlers stand for the methods (plane_steps.handlers)
+            self._read_client = MethodType(handlers.read_client, self)  # type: ignore[method-assign]
+            self._read_upstream = MethodType(handlers.read_upstream, self)  # type: ignore[method-assign]
+            self._process_client = MethodType(handlers.process_client, self)  # type: ignore[method-assign]
+            self._flush_client = MethodType(handlers.flush_client, self)  # type: ignore[method-assign]
 
     # ------------------------------------------------------------ thread-safe
     def call_soon(self, fn: Callable, *args) -> None:
@@ -606,9 +621,7 @@ class DataPlane:
         try:
             sent = write_queue(fd, out)
         except OSError as e:
-            if fd == lane.cfd:
-                raise _ClientGone(str(e)) from None
-            raise CloseConnection(f"upstream connection lost while sending: {e}", "upstream") from None
+            raise _write_failed(lane, fd, e) from None
         if to_client:
             lane.n_out += sent
             lane.conn.unsent -= sent
@@ -620,3 +633,8 @@ class DataPlane:
 
 def _close_error(reason: str, metric: str):
     return CloseConnection(reason, metric)
+
+
+if handlers is not None:
+    handlers.configure(NEED_DATA, FrameError, NeedThrottle, _close_error, _write_failed, _QUANTUM, _RECV, _RECV_FRAME,
+                       _RECV_INTO_MIN, _HEAD)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from gateway.connection.lane import Lane
 
-__all__ = ["receive", "receive_python", "serve", "serve_python", "set_masks", "set_masks_python", "write_queue",
+__all__ = ["handlers", "receive", "receive_python", "serve", "serve_python", "set_masks", "set_masks_python", "write_queue",
            "write_queue_python"]
 
 #: chunks given to one writev by the reference (the C one gives at most 128)
@@ -212,7 +212,13 @@ receive: Callable[[int, Any, int, int], int]
 serve: Callable[[Any, int], int]
 set_masks: Callable[[Any, "Lane"], None]
 write_queue: Callable[[int, collections.deque], int]
+#: the C module whose ``read_client``, ``read_upstream``, ``process_client`` and ``flush_client``
+#: stand for the DataPlane's methods of those names (each ``(plane, lane)``; the methods are their
+#: references), or None where it was not built
+handlers: Any
 try:  # the C ones, built by setup.py where a compiler is found
+    from gateway.connection import _plane_steps as handlers
     from gateway.connection._plane_steps import receive, serve, set_masks, write_queue
 except ImportError:  # pragma: no cover - a build without a compiler: the references alone
+    handlers = None
     receive, serve, set_masks, write_queue = receive_python, serve_python, set_masks_python, write_queue_python

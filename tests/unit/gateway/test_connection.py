@@ -105,9 +105,11 @@ def data_plane(request, monkeypatch) -> bool:
 
 
 def use_python_steps(monkeypatch) -> None:
-    """Make the data plane poll, set masks, read and write with the Python references."""
+    """Make the data plane poll, set masks, read, write and handle its events with the Python
+    references (the DataPlane's own methods stand for the C handlers then)."""
     for name in ("serve", "set_masks", "receive", "write_queue"):
         monkeypatch.setattr(data_plane_module, name, getattr(plane_steps, f"{name}_python"))
+    monkeypatch.setattr(data_plane_module, "handlers", None)
 
 
 @pytest.fixture

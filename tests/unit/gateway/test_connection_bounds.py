@@ -8,6 +8,7 @@ import os
 import struct
 import threading
 
+import pytest
 import trio
 
 from gateway.connection.core import ConnectionCore
@@ -15,7 +16,15 @@ from gateway.connection.data_plane import _QUANTUM, DataPlane
 from gateway.upstream.cluster import encode_request
 from protocol.codecs import request_class
 from tests.unit.gateway.fake_broker import FakeBroker
-from tests.unit.gateway.test_connection import _forwarding_client, _start_gateway, data_plane  # noqa: F401 - a fixture
+from tests.unit.gateway.test_connection import (  # noqa: F401 - data_plane: a fixture
+    _forwarding_client, _start_gateway, data_plane, use_python_steps)
+
+
+@pytest.fixture(params=["c", "python"])
+def steps(request, monkeypatch) -> None:
+    """The data plane's handlers in C, then their Python references."""
+    if request.param == "python":
+        use_python_steps(monkeypatch)
 
 
 def api_versions_v0(correlation_id: int) -> bytes:
@@ -65,7 +74,7 @@ async def test_a_client_that_never_reads_holds_a_bounded_amount(nursery, tmp_pat
     assert answered == len(frames)
 
 
-async def test_a_pipelining_client_gets_one_quantum_per_turn(nursery, tmp_path, monkeypatch):
+async def test_a_pipelining_client_gets_one_quantum_per_turn(nursery, tmp_path, monkeypatch, steps):
     """The finding: four connections pipelining ApiVersions took another client's Produce p50
     from 1.4 to 561 ms on the data plane (up to 256 KiB of one connection's frames, ~18,000
     requests, per event).  Counted, not timed: between the moment the quiet client's request
@@ -75,7 +84,6 @@ async def test_a_pipelining_client_gets_one_quantum_per_turn(nursery, tmp_path, 
     gateway, port = await _start_gateway(nursery, tmp_path, broker, True)
     flood = await _forwarding_client(port)
     quiet = await _forwarding_client(port)
-    flood_conn, quiet_conn = None, None
     log: list[str] = []
     lock = threading.Lock()
     real = ConnectionCore.dispatch
@@ -113,7 +121,7 @@ async def test_a_pipelining_client_gets_one_quantum_per_turn(nursery, tmp_path, 
     assert isinstance(plane, DataPlane) and plane.turns > n // _QUANTUM  # the flood took many turns
 
 
-async def test_every_pipelined_request_is_still_answered_in_order_across_quanta(nursery, tmp_path):
+async def test_every_pipelined_request_is_still_answered_in_order_across_quanta(nursery, tmp_path, steps):
     broker = await nursery.start(FakeBroker().serve)
     gateway, port = await _start_gateway(nursery, tmp_path, broker, True)
     client = await _forwarding_client(port)
