@@ -1,9 +1,12 @@
-/* The data plane's per-event steps in C: the byte path's loop only.
- * gateway/connection/plane_steps.py holds the Python references (serve_python, set_masks_python,
- * receive_python, write_queue_python) and picks these where they were built; the suite runs both
- * on the same cases (tests/unit/gateway/test_plane_steps.py, and the data plane's tests with
- * either set).  What is done with a lane's bytes stays in the DataPlane's Python methods, which
- * serve calls.
+/* The data plane's per-event steps in C: the byte path's loop and the handlers every request
+ * goes through.  gateway/connection/plane_steps.py holds the Python references of the loop's steps
+ * (serve_python, set_masks_python, receive_python, write_queue_python) and picks these where they
+ * were built; the handlers' references are the DataPlane's methods of the same names
+ * (gateway/connection/data_plane.py).  The suite runs both on the same cases
+ * (tests/unit/gateway/test_plane_steps.py, and the data plane's tests with either set).  What a
+ * request means (dispatch, authorization, pairing a response with its request) stays Python: the
+ * handlers call ConnectionCore.dispatch and complete_responses; the rarer events (EPOLLOUT,
+ * splicing, commands, ticks) stay the DataPlane's Python methods.
  *
  * serve(plane, timeout_ms) polls plane._epfd (the GIL released while it waits) and serves the
  * events, turn after turn, as serve_python does: a lane's client or upstream event to
@@ -810,7 +813,15 @@ static PyObject *receive(PyObject *module, PyObject *const *args, Py_ssize_t nar
     return n < -1 ? NULL : PyLong_FromSsize_t(n);
 }
 
-/* ---------------------------------------------------------------- handlers */
+/* ---------------------------------------------------------------- handlers
+ *
+ * read_client(plane, lane), process_client(plane, lane), read_upstream(plane, lane) and
+ * flush_client(plane, lane) do what the DataPlane's _read_client, _process_client, _read_upstream
+ * and _flush_client do, step for step: the DataPlane binds them over those methods when it is
+ * built (where this module was), so serve, the ready list and the Python methods that call them
+ * reach these.  They raise what the methods raise (CloseConnection; the client gone), for serve
+ * to end the lane with.
+ */
 
 /* What the handlers take from gateway/connection/data_plane.py, given once by configure(): the
  * decoder's NEED_DATA, FrameError, NeedThrottle, the makers of a CloseConnection (reason, metric)

@@ -5,9 +5,12 @@ decoder (:func:`receive`) and the write of a queue of outgoing chunks (:func:`wr
 Each is C where it was built (gateway/connection/_plane_steps.c, built in place by ``make
 setup`` as the Produce walk is) and Python otherwise; the Python ones (``*_python``) are the
 reference, and the suite runs both on the same cases (tests/unit/gateway/test_plane_steps.py,
-and the data plane's own tests on either pair).  They are the byte path's loop only: what to do
-with a lane's bytes (reading, framing, dispatching, pairing answers) stays in
-:class:`~gateway.connection.data_plane.DataPlane`'s methods, which they call.
+and the data plane's own tests on either pair).  The C module also holds the handlers every
+request goes through (:data:`handlers`: reading a client and dispatching its frames, reading the
+upstream and flushing answers in order), which stand for the
+:class:`~gateway.connection.data_plane.DataPlane`'s methods of those names, their references.
+What a request means (dispatch, authorization, pairing a response with its request) is Python
+either way.
 """
 
 from __future__ import annotations

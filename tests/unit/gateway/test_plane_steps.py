@@ -66,6 +66,23 @@ def test_the_c_steps_are_the_ones_the_data_plane_uses():
     assert data_plane.set_masks is _plane_steps.set_masks
     assert data_plane.serve is _plane_steps.serve
     assert data_plane.receive is _plane_steps.receive
+    assert data_plane.handlers is _plane_steps
+    plane = data_plane.DataPlane()
+    try:  # a data plane's handlers are the C ones, bound to it
+        for name in ("read_client", "read_upstream", "process_client", "flush_client"):
+            method = getattr(plane, f"_{name}")
+            assert method.__func__ is getattr(_plane_steps, name) and method.__self__ is plane
+    finally:
+        plane._ep.close()
+        os.close(plane._wake)
+
+
+def test_the_c_handlers_refuse_wrong_arguments():
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        _plane_steps.process_client(object())
+    with pytest.raises(ValueError, match="must be positive"):
+        _plane_steps.configure(data_plane.NEED_DATA, data_plane.FrameError, data_plane.NeedThrottle,
+                               data_plane._close_error, data_plane._write_failed, 0, 1, 1, 1, 1)
 
 
 def test_chunks_of_every_bytes_like_kind_arrive_once_and_in_order(write_queue, pair):
