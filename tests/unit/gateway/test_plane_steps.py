@@ -215,7 +215,8 @@ class Plane:
 class SlottedLane:
     """A stand-in with Lane's __slots__ (the C steps read such a lane's fields at their offsets)."""
     __slots__ = ("name", "cfd", "ufd", "closed", "cout", "uout", "splicing", "paused", "conn", "draining", "held",
-                 "backlog", "cmask", "umask", "deferred", "metered", "sockets", "client", "upstream", "metrics")
+                 "backlog", "cmask", "umask", "deferred", "metered", "sockets", "client", "upstream", "metrics",
+                 "cdec", "udec", "n_in", "n_out", "post")  # (every slot the C steps know Lane by)
 
     def __init__(self, **fields) -> None:
         for key, value in fields.items():
