@@ -410,9 +410,11 @@ class DecisionMemo(abc.ABC):
     nothing, and counts the decisions it answers as ``authorize`` counts them."""
 
     @abc.abstractmethod
-    def allows(self, action: Action) -> bool:
+    def allows(self, action: Action, later: list[Any] | None = None) -> bool:
         """True: ``action`` is allowed now, decided as ``authorize`` would and counted; False:
-        not known here (ask :meth:`decide`)."""
+        not known here (ask :meth:`decide`).  With ``later``, a caller that counts once the
+        request has gone on (the data plane, after writing it upstream), the count is put there
+        instead: an object whose ``inc()`` counts it."""
 
     @abc.abstractmethod
     def decide(self, context: AuthorizableRequestContext, action: Action) -> bool:

@@ -527,7 +527,8 @@ class StandardDecisionMemo(DecisionMemo):
     the memo is emptied when it next remembers.  A decision is remembered with the snapshot
     current when it began: one decided across a swap never answers.  Denials are never
     remembered: :meth:`StandardAuthorizer.authorize` logs and counts them each time.  What the
-    memo answers is counted in the authorizer's metrics as ``authorize`` counts it.  Actions
+    memo answers is counted in the authorizer's metrics as ``authorize`` counts it (on the data
+    plane once the request is written upstream, before its answer can be read).  Actions
     are held by identity (the request layer reuses one ``Action`` per resource, operation and
     flags), at most :data:`MEMO_ACTIONS`.  One connection uses it from one thread at a time;
     the snapshot reference it compares is swapped atomically."""
@@ -547,15 +548,24 @@ class StandardDecisionMemo(DecisionMemo):
     def __len__(self) -> int:
         return len(self._allowed)
 
-    def allows(self, action: Action) -> bool:
+    def allows(self, action: Action, later: list[Any] | None = None) -> bool:
         authorizer = self._authorizer
         if (self._allowed.get(id(action)) is not action or authorizer._data is not self._data
                 or not AuditLevels.allowed_silent_now(authorizer.audit_sinks)):
             return False
         metrics = authorizer._metrics
         if metrics is not None:
-            metrics.record(self._listener, 1, 0)
+            if later is None:
+                metrics.record(self._listener, 1, 0)
+            else:
+                later.append(self)  # counted by inc(), off the request's way
         return True
+
+    def inc(self) -> None:
+        """Count one allowance :meth:`allows` answered and put off to its ``later``."""
+        metrics = self._authorizer._metrics
+        if metrics is not None:
+            metrics.record(self._listener, 1, 0)
 
     def decide(self, context: AuthorizableRequestContext, action: Action) -> bool:
         authorizer = self._authorizer

@@ -421,7 +421,8 @@ class ConnectionCore:
         info = self._inspected(spec, inspect, header, body)
         memo = self._memo
         if (sole is not None and memo is not None and self._context.principal is self.principal
-                and (action := sole(header, info)) is not None and memo.allows(action)):
+                and (action := sole(header, info)) is not None
+                and memo.allows(action, None if lane is None else lane.deferred)):
             decision = FORWARD  # the usual request's whole enforcement, an allowance the memo holds
         else:
             decision = self._enforce(spec, self._auth_helper(header), header, body, info)

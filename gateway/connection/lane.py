@@ -45,7 +45,8 @@ class Lane:
         self.n_in = 0
         self.n_out = 0
         self.n_spliced = 0
-        #: request counters the connection deferred until the request was written (see metrics())
+        #: request counters, and decision-memo allowances, the connection deferred until the
+        #: request was written upstream (see metrics(): each is counted by its inc())
         self.deferred: list = []
         #: the gateway is stopping: no new request is read; the lane ends once all are answered
         self.draining = False

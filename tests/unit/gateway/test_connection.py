@@ -23,6 +23,7 @@ from gateway.process.server import Gateway
 from gateway.upstream.cluster import encode_request
 from protocol.codecs import decode_response, request_class
 from protocol.framing import NEED_DATA, FrameDecoder
+from tests.support.kio_samples import record_batch
 from tests.support.ports import free_port_base
 from tests.unit.gateway.fake_broker import NODE_ID, FakeBroker
 
@@ -367,6 +368,32 @@ async def test_denied_requests_beyond_the_in_flight_limit_are_all_answered(nurse
     assert {p.error_code for _, r in got for t in r.responses for p in t.partition_responses} == {
         ErrorCode.topic_authorization_failed}
     assert not any(key == 0 for key, _, _ in broker.received)  # none of them went upstream
+
+
+async def test_every_authorized_produce_is_counted_before_its_answer_arrives(nursery, tmp_path, data_plane):
+    """The request counter and the authorizer's count of each Produce (the first decided, the
+    others answered by the decision memo; on the data plane counted once written upstream) are
+    there for whoever scrapes right after the answer."""
+    broker = await nursery.start(FakeBroker().serve)
+    gateway, port = await _start_gateway(
+        nursery, tmp_path, broker, data_plane,
+        authorizer={"class_name": "authz.standard_authorizer:StandardAuthorizer",
+                    "config": {"allow.everyone.if.no.acl.found": "true"}})
+    client = await _forwarding_client(port)
+    registry = gateway.metrics.registry
+    body = produce8.ProduceRequest(transactional_id=None, acks=i16(1), timeout=timedelta(seconds=1), topic_data=(
+        produce8.TopicProduceData(name="counted", partition_data=(
+            produce8.PartitionProduceData(index=i32(0), records=record_batch(b"c")),)),))
+    allowed_before = registry.get_sample_value("kgw_authorizer_authorization_allowed_total", {"listener": "T"}) or 0
+    for n in range(1, 6):
+        await client.send(0, 8, 40 + n, body)
+        with trio.fail_after(5):
+            corr, response = await client.receive(0, 8)
+        assert corr == 40 + n and [p.error_code for t in response.responses for p in t.partition_responses] == [
+            ErrorCode.none]
+        assert registry.get_sample_value("kgw_requests_total", {"listener": "T", "api": "Produce"}) == n
+        assert registry.get_sample_value("kgw_authorizer_authorization_allowed_total",
+                                         {"listener": "T"}) == allowed_before + n
 
 
 async def test_large_pipelined_produce_requests_all_reach_the_broker_in_order(nursery, tmp_path, data_plane):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from types import SimpleNamespace
 
 import prometheus_client
 import pytest
@@ -108,6 +109,26 @@ def test_every_decision_the_memo_answers_is_counted():
                                      {"class": "StandardAuthorizer", "config": "authorizer.class.name",
                                       "role": "broker"})
     assert rate == pytest.approx(7 * 60 / 30)  # Kafka's window: one fresh 30 s sample
+
+
+def test_on_the_data_plane_the_memo_counts_once_the_request_has_gone_on():
+    """A lane counts what its requests cost once they are written upstream (before their answers
+    can be read): what the memo answers is put with the request counters, and counted with them."""
+    _, core, _, calls, registry = _setup("User:memo-lane", "memo-lane")
+    core.lane = SimpleNamespace(deferred=[])  # (what the dispatcher uses of a data-plane Lane)
+    out: list = []
+    for cid in range(1, 5):
+        assert core.dispatch(_produce("memo-lane", cid), out) is False
+    assert len(calls) == 1 and len(out) == 4
+
+    def allowed() -> float | None:
+        return registry.get_sample_value("kgw_authorizer_authorization_allowed_total", {"listener": "T"})
+
+    assert allowed() == 1  # the first, decided by authorize; the memo's three wait for the write
+    for counter in core.lane.deferred:
+        counter.inc()
+    assert allowed() == 4
+    assert registry.get_sample_value("kgw_authorizer_authorization_requests_total", {"listener": "T"}) == 4
 
 
 def test_an_audit_sink_added_later_gets_every_allowed_decision():
