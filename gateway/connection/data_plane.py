@@ -46,9 +46,9 @@ The thread adds no parallelism (the GIL): what it removes is the scheduler
 pass, the task switch and the per-wait epoll_ctl of every request.  With
 ``io.data_plane_cpus`` it runs on those CPUs only, where its code and data are
 still in the caches at the next request (docs/operations.md).  A
-request's counter is incremented right after it was written upstream
-(``deferred``: before its response can be read, so before the client can see
-it); the upstream latency is observed before the response is written; byte
+request's counter, and the authorizer's count of an allowance the decision memo
+answered, are incremented right after it was written upstream (``deferred``:
+before its response can be read, so before the client can see it); the upstream latency is observed before the response is written; byte
 counters are added every tick (they may lag the traffic by up to 100 ms).
 
 Back-pressure: a lane stops reading its client while ``max_in_flight``

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from gateway.connection.lane import Lane
 
-__all__ = ["handlers", "receive", "receive_python", "serve", "serve_python", "set_masks", "set_masks_python", "write_queue",
-           "write_queue_python"]
+__all__ = ["handlers", "receive", "receive_python", "serve", "serve_python", "set_masks", "set_masks_python",
+           "write_queue", "write_queue_python"]
 
 #: chunks given to one writev by the reference (the C one gives at most 128)
 IOV_MAX = 512
