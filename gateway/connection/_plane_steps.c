@@ -831,7 +831,7 @@ static Py_ssize_t QUANTUM, RECV, RECV_FRAME, RECV_INTO_MIN, HEAD;
 static PyObject *S_cdec, *S_udec, *S_n_in, *S_n_out, *S_post, *S_to_come, *S_in_frame, *S_buffered, *S_next_frame,
     *S_dispatch, *S_append, *S_data, *S_last_read, *S_in_flight, *S_spec, *S_stream_response, *S_defer_from,
     *S_complete_responses, *S_heavy, *S_end, *S_open_splicing, *S_eof, *S_await, *MSG_HEAVY, *S_upstream,
-    *S_upstream_closed;
+    *S_upstream_closed, *S_frame;
 
 /* obj.name = value (a lane's slot written in place, as the interpreter's member descriptor would) */
 static int set_field(PyObject *obj, PyObject *name, PyObject *value)
@@ -888,15 +888,31 @@ static int call_for_effect(PyObject *obj, PyObject *name, PyObject *arg)
     return 0;
 }
 
+/* raise `made`, a new reference to an exception (NULL: making it failed, its error is set): -1 */
+static int raise_made(PyObject *made)
+{
+    if (made != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(made), made);
+        Py_DECREF(made);
+    }
+    return -1;
+}
+
+/* The exception being raised, taken from the thread's error state (a new reference) */
+static PyObject *take_error(void)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+}
+
 /* raise CLOSE_ERROR(reason, metric): always -1 */
 static int raise_close(PyObject *reason, PyObject *metric)
 {
-    PyObject *e = PyObject_CallFunctionObjArgs(CLOSE_ERROR, reason, metric, NULL);
-    if (e != NULL) {
-        PyErr_SetObject((PyObject *)Py_TYPE(e), e);
-        Py_DECREF(e);
-    }
-    return -1;
+    return raise_made(PyObject_CallFunctionObjArgs(CLOSE_ERROR, reason, metric, NULL));
 }
 
 /* DataPlane._write: out's chunks to fd until done or it would block (to the client: counted as
@@ -906,19 +922,11 @@ static int write_out(PyObject *lane, int fd, PyObject *out, int to_client)
     Py_ssize_t sent = write_queue_impl(fd, out);
     if (sent < 0) {
         if (PyErr_ExceptionMatches(PyExc_OSError)) {
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            PyErr_NormalizeException(&type, &value, &tb);
+            PyObject *error = take_error();
             PyObject *fd_obj = PyLong_FromLong(fd);
-            PyObject *e = fd_obj == NULL ? NULL : PyObject_CallFunctionObjArgs(WRITE_FAILED, lane, fd_obj, value, NULL);
+            raise_made(fd_obj == NULL ? NULL : PyObject_CallFunctionObjArgs(WRITE_FAILED, lane, fd_obj, error, NULL));
             Py_XDECREF(fd_obj);
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(tb);
-            if (e != NULL) {
-                PyErr_SetObject((PyObject *)Py_TYPE(e), e);
-                Py_DECREF(e);
-            }
+            Py_XDECREF(error);
         }
         return -1;
     }
@@ -1030,19 +1038,11 @@ static int process_frames(PyObject *plane, PyObject *lane, PyObject *conn, PyObj
             PyObject *frame = PyObject_CallMethodNoArgs(dec, S_next_frame);
             if (frame == NULL) {
                 if (PyErr_ExceptionMatches(FRAME_ERROR)) {
-                    PyObject *type, *value, *tb;
-                    PyErr_Fetch(&type, &value, &tb);
-                    PyErr_NormalizeException(&type, &value, &tb);
-                    PyObject *reason = PyObject_Str(value);
-                    Py_XDECREF(type);
-                    Py_XDECREF(value);
-                    Py_XDECREF(tb);
+                    PyObject *error = take_error();
+                    PyObject *reason = PyObject_Str(error);
+                    Py_XDECREF(error);
                     if (reason != NULL) {
-                        PyObject *metric = PyUnicode_FromString("frame");
-                        if (metric != NULL) {
-                            raise_close(reason, metric);
-                            Py_DECREF(metric);
-                        }
+                        raise_close(reason, S_frame);
                         Py_DECREF(reason);
                     }
                 }
@@ -1476,7 +1476,7 @@ PyMODINIT_FUNC PyInit__plane_steps(void)
         || intern(&S_stream_response, "stream_response") || intern(&S_defer_from, "defer_from")
         || intern(&S_complete_responses, "complete_responses") || intern(&S_heavy, "heavy")
         || intern(&S_end, "_end") || intern(&S_open_splicing, "_open_splicing") || intern(&S_eof, "eof")
-        || intern(&S_await, "await") || intern(&S_upstream, "upstream")
+        || intern(&S_await, "await") || intern(&S_upstream, "upstream") || intern(&S_frame, "frame")
         || intern(&S_upstream_closed, "upstream closed the connection"))
         return NULL;
     MSG_HEAVY = Py_BuildValue("(s)", "heavy");
