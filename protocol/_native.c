@@ -741,6 +741,46 @@ static PyObject *bind_framing(PyObject *module, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
+/* frame_buffer(parts, size): a bytearray of size bytes beginning with the parts' bytes, one
+ * after the other, the rest not initialized: the frame decoder fills it from the socket before the
+ * frame is returned (protocol/framing.py), so nothing is written twice (bytearray(size) would
+ * zero it first). */
+static PyObject *frame_buffer(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "frame_buffer(parts, size) takes 2 arguments");
+        return NULL;
+    }
+    Py_ssize_t size = PyLong_AsSsize_t(args[1]);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *parts = PySequence_Fast(args[0], "frame_buffer: parts must be a sequence");
+    if (parts == NULL)
+        return NULL;
+    PyObject *buffer = size < 0 ? NULL : PyByteArray_FromStringAndSize(NULL, size);
+    if (size < 0)
+        PyErr_SetString(PyExc_ValueError, "frame_buffer: negative size");
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; buffer != NULL && i < PySequence_Fast_GET_SIZE(parts); i++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(parts, i), &view, PyBUF_C_CONTIGUOUS) < 0) {
+            Py_CLEAR(buffer);
+            break;
+        }
+        if (view.len > size - at) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_ValueError, "frame_buffer: the parts exceed the size");
+            Py_CLEAR(buffer);
+            break;
+        }
+        memcpy(PyByteArray_AS_STRING(buffer) + at, view.buf, (size_t)view.len);
+        at += view.len;
+        PyBuffer_Release(&view);
+    }
+    Py_DECREF(parts);
+    return buffer;
+}
+
 static const char *const TOPIC_SPAN_FIELDS[] = {"name", "partitions", "start", "end", "parts_at", "parts_end",
                                                "spans", "invalid", "topic_id"};
 static const char *const PRODUCE_SHAPE_FIELDS[] = {"transactional_id", "acks", "timeout_ms", "topics", "transactional",
@@ -860,6 +900,8 @@ static PyMethodDef methods[] = {
      "request_header(body) -> RequestHeader | None"},
     {"bind_header", (PyCFunction)(void (*)(void))bind_header, METH_FASTCALL,
      "bind_header(RequestHeader, is_flexible): what request_header builds and asks"},
+    {"frame_buffer", (PyCFunction)(void (*)(void))frame_buffer, METH_FASTCALL,
+     "frame_buffer(parts, size): a bytearray of size bytes starting with the parts, the rest unwritten"},
     {"bind_framing", (PyCFunction)(void (*)(void))bind_framing, METH_FASTCALL,
      "bind_framing(NEED_DATA): what FrameCursor.next_frame returns when a frame is not whole"},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,

@@ -10,6 +10,8 @@ def uuids_kept() -> int: ...
 def produce_response_tags(frame: memoryview | bytes, offset: int, version: int) -> bool | None:
     """Whether a flexible Produce response ends with tagged fields; None: the usual shape it is not."""
 def bind_framing(need_data: object) -> None: ...
+def frame_buffer(parts: list[bytes | memoryview], size: int) -> bytearray:
+    """size bytes starting with the parts; the rest not written (framing receives into it)."""
 
 class FrameCursor:
     """protocol.framing's cursor in C (the reference: framing._FrameCursorPython)."""

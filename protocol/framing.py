@@ -25,8 +25,13 @@ follows what the peer is trusted with:
 
 * a *client* (``trusted=False``) is not trusted with memory: its frame is kept as
   the chunks that arrived (views of the received bytes, nothing allocated from the
-  announced length) and joined once, when its last byte arrives.  A client
-  announcing 100 MiB and sending 50 bytes costs 50 bytes;
+  announced length) until no more than :data:`CLIENT_IN_PLACE` (1 MiB, the largest
+  read the drivers make for it anyway) of it is still to come and at least a
+  quarter of it arrived; then it is allocated at its size, what arrived is copied
+  in once and the rest is received straight into it, as an upstream frame is.  A
+  client announcing 100 MiB and sending 50 bytes costs 50 bytes; a frame in
+  progress never costs more than what arrived of it plus 1 MiB, nor more than
+  four times what arrived;
 * the *upstream* broker (``trusted=True``) answers what kgw asked for: its frame
   is allocated once at its announced size (up to :data:`TRUSTED_PREALLOCATION`,
   beyond which a broken broker's announcement gets the client's treatment) and
@@ -45,13 +50,22 @@ import struct
 from typing import TYPE_CHECKING, Final
 
 __all__ = ["FrameDecoder", "FrameDecoderPython", "FrameError", "FrameTooLarge", "InvalidFrame", "NEED_DATA", "frame",
-           "INITIAL_PARTIAL"]
+           "INITIAL_PARTIAL", "CLIENT_IN_PLACE"]
 
 _LEN = struct.Struct(">i")
 #: kept for the configuration's sake: room beyond the bytes received (no longer used)
 INITIAL_PARTIAL = 64 * 1024
 #: the largest frame a trusted peer gets allocated at its announced size (Rule 3)
 TRUSTED_PREALLOCATION = 256 * 1024 * 1024
+#: a client's frame is allocated at its size once no more than this of it is still to come
+#: and at least a quarter of it arrived (Rule 3): what it costs beyond the bytes that arrived
+#: is bounded by one of the drivers' reads and by three times those bytes
+CLIENT_IN_PLACE = 1024 * 1024
+
+
+def _client_in_place(size: int, arrived: int) -> bool:
+    """Whether a client's frame of ``size`` bytes, ``arrived`` of them so far, is allocated now."""
+    return size - arrived <= CLIENT_IN_PLACE and size <= 4 * arrived
 
 
 class _NeedData:
@@ -149,13 +163,29 @@ class _FrameCursorPython:
         def _continue(self) -> "memoryview | _NeedData": ...
 
 
+def _frame_buffer_python(parts: list[bytes | memoryview], size: int) -> bytearray:
+    """A frame's buffer of ``size`` bytes starting with ``parts``, one after the other (the rest
+    is received into it before the frame is returned)."""
+    if sum(len(part) for part in parts) > size:
+        raise ValueError("frame_buffer: the parts exceed the size")
+    buffer = bytearray(size)
+    at = 0
+    for part in parts:
+        buffer[at : at + len(part)] = part
+        at += len(part)
+    return buffer
+
+
 try:  # the cursor in C, built by pip where a compiler is found (setup.py)
     from protocol import _native
 except ImportError:  # pragma: no cover - a build without a compiler: the reference alone
     _Cursor: type = _FrameCursorPython
+    _frame_buffer = _frame_buffer_python
 else:
     _native.bind_framing(NEED_DATA)
     _Cursor = _native.FrameCursor
+    #: the same, without writing the rest first (bytearray(size) zeroes it)
+    _frame_buffer = _native.frame_buffer
 
 _MIXIN_SLOTS: tuple[str, ...] = ()
 _DECODER_SLOTS = ("limit_name", "trusted", "_parts", "_buffer", "_size", "allocated", "copied", "defer_from")
@@ -221,9 +251,9 @@ class _Decoder:
         return self._fill > 0 or (len(self._chunk) - self._pos) > 0
 
     def partial_space(self) -> memoryview | None:
-        """The unfilled part of a trusted peer's frame being assembled, to receive into
-        directly; None otherwise (nothing being assembled, unread bytes pending, or an
-        untrusted peer, whose bytes are taken as they arrive)."""
+        """The unfilled part of the frame being assembled in place (a trusted peer's, or a
+        client's nearly whole: Rule 3), to receive into directly; None otherwise (nothing
+        being assembled, unread bytes pending, or a client's frame kept as its chunks)."""
         if self.deferred:
             self.materialize()
         if self._buffer is None or len(self._chunk) - self._pos:
@@ -251,12 +281,19 @@ class _Decoder:
                 self._parts = [head]  # a view: nothing allocated or copied until materialize()
                 self.deferred = True
                 return
-            buffer = self._buffer = bytearray(size)
-            buffer[: len(head)] = head
-            self.allocated += size
-            self.copied += len(head)
+            self._in_place([head])
             return
         self._parts = [head]
+        if size is not None and _client_in_place(size, len(head)):
+            self._in_place(self._parts)
+
+    def _in_place(self, parts: list[bytes | memoryview]) -> None:
+        """Allocate the frame being assembled at its size, ``parts`` (what arrived of it) copied
+        in: the rest is received into it."""
+        self._buffer = _frame_buffer(parts, self._size)
+        self._parts = []
+        self.allocated += self._size
+        self.copied += self._fill
 
     def deferred_frame(self) -> tuple[memoryview, int]:
         """The frame held back (:attr:`deferred`): what arrived of it (length prefix included)
@@ -272,12 +309,8 @@ class _Decoder:
     def materialize(self) -> None:
         """Treat the frame held back as any other: allocated at its size, received into."""
         assert self.deferred
-        head = self._parts[0]
-        self._parts, self.deferred = [], False
-        buffer = self._buffer = bytearray(self._size)
-        buffer[: len(head)] = head
-        self.allocated += self._size
-        self.copied += len(head)
+        self.deferred = False
+        self._in_place(self._parts)
 
     def _continue(self) -> memoryview | _NeedData:
         """Take what this chunk holds of the frame being assembled; the frame once whole."""
@@ -310,6 +343,8 @@ class _Decoder:
             self._fill += take
             self._pos = pos + take
         if take < need:
+            if self._buffer is None and not self.deferred and _client_in_place(self._size, self._fill):
+                self._in_place(self._parts)  # a client's frame nearly whole
             return NEED_DATA
         frame: bytes | bytearray
         if self._buffer is not None:

@@ -20,7 +20,7 @@
  * asks, as set_masks_python does, with epoll_ctl where a mask changed.
  *
  * receive(fd, decoder, size, into_min) reads what the descriptor holds into a frame decoder, as
- * receive_python does: up to size bytes, or straight into a trusted peer's frame being assembled.
+ * receive_python does: up to size bytes, or straight into the frame a decoder assembles in place.
  *
  * write_queue(fd, out) writes the bytes-like chunks queued in `out` (a collections.deque) to the
  * non-blocking descriptor `fd`, with writev of at most MAX_IOV chunks a call, until the queue is
@@ -701,7 +701,7 @@ done:
 
 /* ---------------------------------------------------------------- reads */
 
-static PyObject *S_trusted, *S_partial_space, *S_partial_filled, *S_receive_data;
+static PyObject *S_trusted, *S__buffer, *S_partial_space, *S_partial_filled, *S_receive_data;
 
 /* errno values os.read raises a ConnectionError for: the peer is gone (0: end of stream) */
 static int connection_error(int err)
@@ -738,11 +738,18 @@ static Py_ssize_t read_failed(int err)
 static Py_ssize_t receive_impl(int fd, PyObject *decoder, Py_ssize_t size, Py_ssize_t into_min)
 {
     int err;
-    /* (only a trusted peer's decoder allocates a frame to read into: a client's never asks) */
-    int trusted = attr_true(decoder, S_trusted);
-    if (trusted < 0)
+    /* (a client's decoder has a frame to read into only once that frame is nearly whole) */
+    int in_place = attr_true(decoder, S_trusted);
+    if (in_place == 0) {
+        PyObject *buffer = PyObject_GetAttr(decoder, S__buffer);
+        if (buffer == NULL)
+            return -2;
+        in_place = buffer != Py_None;
+        Py_DECREF(buffer);
+    }
+    if (in_place < 0)
         return -2;
-    if (trusted) {
+    if (in_place) {
         PyObject *space = PyObject_CallMethodNoArgs(decoder, S_partial_space);
         if (space == NULL)
             return -2;
@@ -1463,7 +1470,7 @@ PyMODINIT_FUNC PyInit__plane_steps(void)
         || intern(&S_metrics, "metrics") || intern(&S_drained_yet, "_drained_yet") || intern(&S_failed, "_failed")
         || intern(&S_turns, "turns") || intern(&S_ready, "_ready") || intern(&S_commands, "_commands")
         || intern(&S_stop, "_stop") || intern(&S_next_tick, "_next_tick")
-        || intern(&S_trusted, "trusted") || intern(&S_partial_space, "partial_space")
+        || intern(&S_trusted, "trusted") || intern(&S__buffer, "_buffer") || intern(&S_partial_space, "partial_space")
         || intern(&S_partial_filled, "partial_filled") || intern(&S_receive_data, "receive_data"))
         return NULL;
     if (intern(&S_read_client, "_read_client") || intern(&S_read_upstream, "_read_upstream"))

@@ -162,11 +162,12 @@ def _apply(ep: select.epoll, fd: int, old: int, new: int) -> None:
 
 def receive_python(fd: int, decoder: Any, size: int, into_min: int) -> int:
     """Read what is available on the non-blocking ``fd`` into ``decoder``: up to ``size`` bytes,
-    or, when a trusted peer's frame is being assembled and at least ``into_min`` of it is still
-    to come, straight into that frame.  Returns the bytes read, 0 at end of stream (or when the
-    peer reset the connection), -1 if nothing was there; other errors raise (OSError)."""
-    # (only a trusted peer's decoder allocates a frame to read into: a client's never asks)
-    space = decoder.partial_space() if decoder.trusted else None
+    or, when a frame is being assembled in place (protocol/framing.py, Rule 3) and at least
+    ``into_min`` of it is still to come, straight into that frame.  Returns the bytes read, 0 at
+    end of stream (or when the peer reset the connection), -1 if nothing was there; other errors
+    raise (OSError)."""
+    # (a client's decoder has a frame to read into only once that frame is nearly whole)
+    space = decoder.partial_space() if decoder.trusted or decoder._buffer is not None else None
     try:
         if space is not None and len(space) >= into_min:
             n = os.readv(fd, (space,))

@@ -1,6 +1,7 @@
 """How the data plane reads a client: the rest of a large request in reads of up to 1 MiB (each
-read is an epoll turn and a system call; 256 KiB reads cost a 1 MiB Produce four of each),
-anything else in reads of 256 KiB, and the request arrives whole and copied once.  Each read
+read is an epoll turn and a system call; 256 KiB reads cost a 1 MiB Produce four of each), or
+straight into the request once no more than 1 MiB of it is to come, anything else in reads of
+256 KiB, and the request arrives whole and copied at most once.  Each read
 allocates what it asks for, so the cap is also a bound on what a client makes kgw allocate.
 
 Both reads run: the C handler (gateway/connection/_plane_steps.c) and its reference,
@@ -73,16 +74,23 @@ def read_once(dp, lane, sizes: list[int]) -> None:
 def test_the_rest_of_a_large_request_is_read_in_pieces_of_up_to_1_mib(handlers):
     wire = struct.pack(">i", (3 << 20) - 4) + os.urandom((3 << 20) - 4)
     sizes: list[int] = []
+    in_place: list[bool] = []  # whether each read could go into the request's own buffer
     with client_sending(wire, 100_000) as (dp, lane):
         frame = NEED_DATA
         while frame is NEED_DATA:
+            in_place.append(lane.cdec._buffer is not None and lane.cdec.to_come >= data_plane._RECV_INTO_MIN)
             read_once(dp, lane, sizes)
             frame = lane.cdec.next_frame()
     assert bytes(frame) == wire and lane.n_in == len(wire)
     assert 256 * 1024 <= sizes[0] < 256 * 1024 + _OVERHEAD  # nothing known yet
     assert (1 << 20) <= max(sizes) < (1 << 20) + _OVERHEAD
-    assert all(n >= 256 * 1024 for n in sizes)
-    assert lane.cdec.copied <= len(wire)
+    # kept as the reads' chunks while more than 1 MiB was to come; then received into the
+    # request's own buffer (protocol/framing.py, Rule 3) while at least 64 KiB was: those reads
+    # allocate nothing
+    assert in_place[0] is False and any(in_place)
+    assert all(n >= 256 * 1024 for n, into in zip(sizes, in_place) if not into)
+    assert all(n < _OVERHEAD for n, into in zip(sizes, in_place) if into)
+    assert lane.cdec.copied < len(wire)
     assert lane.conn.last_read > 0  # (the idle timeout's clock)
 
 

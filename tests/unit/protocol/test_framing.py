@@ -12,7 +12,7 @@ import pytest
 
 from protocol import _native
 from protocol import framing as framing_module
-from protocol.framing import NEED_DATA, FrameDecoder, FrameDecoderPython, FrameError, FrameTooLarge, InvalidFrame, frame
+from protocol.framing import CLIENT_IN_PLACE, NEED_DATA, FrameDecoder, FrameDecoderPython, FrameError, FrameTooLarge, InvalidFrame, frame
 
 
 @pytest.fixture(autouse=True, params=["c", "python"])
@@ -164,6 +164,60 @@ def test_a_frame_split_across_reads_is_copied_once_whatever_the_read_sizes(trust
     if trusted:  # received in place: only the head that came with the length prefix, and the tail
         # once less than the drivers' 64 KiB minimum for receiving in place is left, are copied
         assert decoder.copied <= read + 64 * 1024 + 4
+    else:  # kept as its chunks until no more than 1 MiB was to come (and a quarter had come), then
+        # received in place
+        assert decoder.copied <= max(len(wire) // 4, len(wire) - CLIENT_IN_PLACE) + read + 64 * 1024 + 4
+
+
+@pytest.mark.parametrize("cls", [FrameDecoder, FrameDecoderPython], ids=["c-cursor", "python-cursor"])
+@pytest.mark.parametrize("read", [1000, 100_000, 1 << 20])
+def test_a_clients_frame_never_costs_more_than_what_arrived_plus_1_mib(cls, read):
+    """Rule 3: a client's frame is allocated at its size only once no more than
+    CLIENT_IN_PLACE of it is still to come and a quarter of it arrived; until then it is what
+    arrived of it."""
+    wire = _wire(5 << 20)
+    decoder = cls(64 << 20)
+    went_in_place = False
+    for pos in range(0, len(wire), read):
+        space = decoder.partial_space()
+        if space is not None and len(space) >= 64 * 1024:
+            n = min(len(space), read, len(wire) - pos)
+            space[:n] = wire[pos:pos + n]
+            decoder.partial_filled(n)
+            went_in_place = True
+        else:
+            decoder.receive_data(wire[pos:pos + read])
+        frame = decoder.next_frame()
+        if frame is not NEED_DATA:
+            assert bytes(frame) == wire
+            break
+        arrived = len(wire) - decoder.to_come
+        assert _held(decoder) <= min(arrived + CLIENT_IN_PLACE, 4 * arrived)
+        assert (decoder._buffer is not None) == (decoder.to_come <= CLIENT_IN_PLACE and len(wire) <= 4 * arrived)
+    else:
+        pytest.fail("the frame never came whole")
+    assert went_in_place or read >= CLIENT_IN_PLACE
+    # allocated at once when its rest is within 1 MiB and a quarter arrived; else not
+    for size, arrived, allocated in ((CLIENT_IN_PLACE + 40_000, 40_000, 0),
+                                     (CLIENT_IN_PLACE + 400_000, 400_000, CLIENT_IN_PLACE + 400_000),
+                                     (CLIENT_IN_PLACE + 400_000, 399_999, 0),
+                                     (400_000, 100_000, 400_000), (400_000, 99_999, 0),
+                                     (8 << 20, 4 << 20, 0)):
+        decoder = cls(64 << 20)
+        decoder.receive_data(struct.pack(">i", size - 4) + b"x" * (arrived - 4))
+        assert decoder.next_frame() is NEED_DATA
+        assert decoder.allocated == allocated and _held(decoder) == (allocated or arrived), (size, arrived)
+
+
+def test_the_frame_buffer_in_c_and_its_reference_agree():
+    """The frame's buffer starts with what arrived, whichever makes it (its rest is received
+    into before the frame is returned: C leaves it unwritten)."""
+    parts = [b"abc", memoryview(b"defgh")[1:], bytearray(b"ij")]
+    for make in {framing_module._frame_buffer, framing_module._frame_buffer_python}:
+        buffer = make(parts, 20)
+        assert type(buffer) is bytearray and len(buffer) == 20 and bytes(buffer[:9]) == b"abcefghij"
+        with pytest.raises(ValueError):
+            make([b"x" * 21], 20)
 
 
 def test_a_length_prefix_split_across_reads_costs_no_copy_of_the_next_read():
@@ -211,6 +265,8 @@ def test_the_drivers_receive_functions_copy_once(tmp_path):
         b.close()
         assert got == wire
         assert decoder.copied <= len(wire) + 256 * 1024 and decoder.allocated <= len(wire)
+        # the last MiB, less what one read (and the tail under 64 KiB) took, went in place
+        assert decoder.copied <= len(wire) - 512 * 1024, (trusted, _receive)
 
 
 def test_a_frame_split_across_reads_arrives_whole_and_read_only():
