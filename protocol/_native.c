@@ -128,12 +128,38 @@ static int short_uvarint(Cursor *c, long *v)
     return 1;
 }
 
+/* An unsigned varint of at most five bytes whose value fits an int32 (what Kafka's
+ * ByteUtils.readUnsignedVarint reads as a length) into *v; 0 when not, or past the end. */
+static int uvarint32(Cursor *c, long *v)
+{
+    if (c->off < c->n && c->p[c->off] < 0x80) {  /* the usual one byte */
+        *v = c->p[c->off];
+        c->off += 1;
+        return 1;
+    }
+    uint64_t value = 0;
+    for (int i = 0; i < 5; i++) {
+        if (c->off + i >= c->n)
+            return 0;
+        unsigned char b = c->p[c->off + i];
+        value |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (b < 0x80) {
+            if (value > INT32_MAX)
+                return 0;
+            *v = (long)value;
+            c->off += i + 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The length of a string or array: compact (varint - 1) when flexible, else int16 or int32. */
 static int length_of(Cursor *c, int flexible, int wide, long *len)
 {
     if (flexible) {
         long v;
-        if (!short_uvarint(c, &v))
+        if (!uvarint32(c, &v))
             return 0;
         *len = v - 1;
         return 1;

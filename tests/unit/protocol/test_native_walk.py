@@ -118,13 +118,17 @@ def test_the_c_walk_declines_or_agrees_with_the_reference(version):
 
 @pytest.mark.parametrize("version", [3, 8, 9, 12, 13])
 def test_usual_requests_take_the_c_walk(version):
-    """One topic, one partition, one batch; several of each; a transactional batch: walked in C."""
+    """One topic, one partition, one batch; several of each; a transactional batch; batches of
+    20 KB and 1 MiB (a flexible request's records length then takes three varint bytes, four
+    beyond 2 MiB): walked in C."""
     cls = request_class(0, version)
     topic_cls = nested(cls, "topic_data")
     part_cls = nested(topic_cls, "partition_data")
-    for counts, attributes in (((1,), 0), ((3, 2), 0), ((1,), 0x10)):
+    for counts, attributes, value in (((1,), 0, b"v"), ((3, 2), 0, b"v"), ((1,), 0x10, b"v"),
+                                      ((1,), 0, b"w" * 20_000), ((2,), 0, b"m" * (1 << 20)),
+                                      ((1,), 0, b"l" * (3 << 20))):
         topics = tuple(make(topic_cls, partition_data=tuple(
-            make(part_cls, index=i32(p), records=record_batch(b"v", producer_id=5 if attributes else -1,
+            make(part_cls, index=i32(p), records=record_batch(value, producer_id=5 if attributes else -1,
                                                              attributes=attributes)) for p in range(n)),
             **({"topic_id": uuid.uuid4()} if version >= 13 else {"name": f"usual-{t}"}))
             for t, n in enumerate(counts))
