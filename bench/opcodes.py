@@ -5,6 +5,7 @@
     .venv/bin/python bench/opcodes.py --against HEAD~1      # and a commit's code, same workload
     .venv/bin/python bench/opcodes.py --no-authz --top 40
     .venv/bin/python bench/opcodes.py --workload consume    # per MB consumed instead
+    .venv/bin/python bench/opcodes.py --workload produce    # per MB produced instead
 
 On this machine a live request's time drifts by a factor of two between runs, and most of what
 kgw spends beyond the kernel's share is the interpreter's (perf: ``_PyEval_EvalFrameDefault``
@@ -22,6 +23,9 @@ turn that serves two events): read differences of a few percent, not of one byte
 ``--workload consume`` counts per MB consumed instead: ``--records`` 1 KiB records written
 straight to tansu, read once through kgw to warm up, then counted while read again
 (confluent-kafka, bench_common's large fetches: each Fetch response's record sets spliced).
+``--workload produce`` counts per MB produced: ``--records`` 1 KiB records produced through kgw
+once to warm up, then counted while produced again (confluent-kafka, bench_common's 1 MiB
+batches, acks=1).
 """
 
 from __future__ import annotations
@@ -59,8 +63,8 @@ def _snapshot(pid: int, out: Path, n: int) -> dict[Key, int]:
 
 
 def measure(name: str, code: Path | None, work: Path, tansu_port: int, args) -> dict[Key, float]:
-    """Bytecodes per request (per MB consumed with ``--workload consume``) by (thread, file,
-    function) through a gateway running ``code``."""
+    """Bytecodes per request (per MB consumed or produced with ``--workload consume`` or
+    ``produce``) by (thread, file, function) through a gateway running ``code``."""
     out = work / f"{name}-counts"
     out.mkdir()
     meta = work / f"{name}-meta"
@@ -81,6 +85,12 @@ def measure(name: str, code: Path | None, work: Path, tansu_port: int, args) -> 
             consume_throughput(gw.bootstrap, topic, args.records, 300)
             before = _snapshot(gw.process.pid, out, 1)
             consume_throughput(gw.bootstrap, topic, args.records, 300)
+            units = args.records * RECORD_SIZE / 1e6
+        elif args.workload == "produce":
+            create_topics(gw.bootstrap, [topic])
+            produce_throughput(gw.bootstrap, topic, args.records, "1", 5)
+            before = _snapshot(gw.process.pid, out, 1)
+            produce_throughput(gw.bootstrap, topic, args.records, "1", 5)
             units = args.records * RECORD_SIZE / 1e6
         else:
             create_topics(gw.bootstrap, [topic])
@@ -120,15 +130,15 @@ def main() -> int:
     ap.add_argument("--acls", type=int, default=1000)
     ap.add_argument("--no-authz", action="store_true")
     ap.add_argument("--top", type=int, default=30)
-    ap.add_argument("--workload", choices=("small", "consume"), default="small")
-    ap.add_argument("--records", type=int, default=50_000, help="records consumed (--workload consume)")
+    ap.add_argument("--workload", choices=("small", "consume", "produce"), default="small")
+    ap.add_argument("--records", type=int, default=50_000, help="records consumed or produced (--workload consume, produce)")
     args = ap.parse_args()
     if args.no_authz:
         args.acls = 0
     head, dirty = tree_state()
     what = (f"small requests (one-record Produce v9 + flush), {args.requests} counted after {args.warmup}"
-            if args.workload == "small" else f"consume of {args.records} x {RECORD_SIZE} B, counted per MB")
-    unit = "request" if args.workload == "small" else "MB consumed"
+            if args.workload == "small" else f"{args.workload} of {args.records} x {RECORD_SIZE} B, counted per MB")
+    unit = "request" if args.workload == "small" else f"MB {args.workload}d"
     print(f"{what}; {'no authorizer' if not args.acls else f'StandardAuthorizer, {args.acls} ACLs'}; work = {head}"
           f"{' + uncommitted changes' if dirty else ''}; load {load_text()}", flush=True)
     with scratch("kgw-opcodes-") as (work, procs), tempfile.TemporaryDirectory(prefix="kgw-opcodes-tree-") as tmp:
