@@ -208,6 +208,19 @@ def test_metadata_named_mixed_forwards_allowed_and_answers_29_in_request_order(c
                      "resourceRefCount = 1")) == 1
 
 
+def test_metadata_requests_look_up_the_response_classes_fields_once(monkeypatch):
+    """Every authorized Metadata request names its response's topic class: typing.get_type_hints
+    (tens of microseconds, an eval per annotation) runs for the first request only."""
+    calls = []
+    real = typing.get_type_hints
+    monkeypatch.setattr(typing, "get_type_hints", lambda cls, *a, **k: calls.append(cls) or real(cls, *a, **k))
+    authz = authorizer(acl("a-", Op.DESCRIBE))
+    for _ in range(5):
+        entity = md_request(11, ["a-1", "b-1"], auto=False)
+        assert [t.name for t in sent(entity, enforce(entity, authz)).topics] == ["a-1"]
+    assert calls.count(response_class(3, 11)) <= 1
+
+
 def test_metadata_nothing_described_still_forwarded_for_brokers():
     entity = md_request(12, ["b-1"], auto=True)
     d = enforce(entity, authorizer())
