@@ -94,9 +94,8 @@ from kio.static.primitive import i64 as i64_
 from authz.acl import AclOperation, ResourceType
 from protocol.apis.addresses import rewrite_node_list
 from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RequestInfo
-from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
-from protocol.codecs import CodecError, encode, make, nested, response_class
+from protocol.codecs import CodecError, decode_request, encode, make, nested, response_class
 from protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
 from protocol.headers import RequestHeader
 from protocol.topic_ids import TopicCache
@@ -117,9 +116,23 @@ _FINAL_EPOCH = b"\xff\xff\xff\xff"  # session_epoch -1
 
 
 def _inspect(header: RequestHeader, frame: memoryview) -> RequestInfo:
-    info = inspect_decoded(header, frame)
-    wait = info.decoded.max_wait.total_seconds()
-    return replace(info, broker_wait_s=max(wait, 0.0))
+    request = decode_request(1, header.api_version, frame, header.size)
+    return RequestInfo(decoded=request, broker_wait_s=max(request.max_wait.total_seconds(), 0.0))
+
+
+_MAX_WAIT = struct.Struct(">i")
+
+
+def _peek(header: RequestHeader, frame: memoryview) -> RequestInfo:
+    """Without an authorizer only ``max_wait`` matters (the broker may hold the request that
+    long: the request's deadline); the request is not decoded (the broker validates what it
+    parses, as it would without kgw).  It follows ``replica_id`` before v15, leads after."""
+    version = header.api_version
+    try:
+        (max_wait_ms,) = _MAX_WAIT.unpack_from(frame, header.size + (4 if version < 15 else 0))
+    except struct.error as e:
+        raise CodecError(f"malformed Fetch v{version} request: {e}") from e
+    return RequestInfo(broker_wait_s=max(max_wait_ms, 0) / 1000.0)
 
 
 def _replica_id(request: Any) -> int:
@@ -734,5 +747,5 @@ class FetchResponseStream:
         return self.DONE
 
 
-SPECS = (ApiSpec(1, "Fetch", _inspect, _rewrite, enforce=_enforce, versions=(4, 18),
+SPECS = (ApiSpec(1, "Fetch", _inspect, _rewrite, enforce=_enforce, peek=_peek, versions=(4, 18),
                  stream_response=FetchResponseStream),)

@@ -281,3 +281,37 @@ def test_produce_response_with_a_null_topic_name_is_walked_as_kafka_reads_it(ver
     null_name = memoryview(body[:1] + b"\x00" + body[3:])
     assert _walk_to_top_level_tags(version, null_name, 0) is with_endpoints
     assert has_top_level_tags(version, null_name, 0) is with_endpoints
+
+
+def _fetch_request(version: int, max_wait_ms: int) -> memoryview:
+    from gateway.upstream.cluster import encode_request
+    from protocol.codecs import request_class
+
+    cls = request_class(1, version)
+    tcls = nested(cls, "topics")
+    pcls = nested(tcls, "partitions")
+    named = {"topic_id": uuid.UUID(int=7)} if version >= 13 else {"topic": "orders"}
+    body = make(cls, max_wait=timedelta(milliseconds=max_wait_ms), min_bytes=i32(1), max_bytes=i32(1 << 20),
+                isolation_level=0, session_id=i32(5), session_epoch=i32(3), rack_id="",
+                topics=(make(tcls, partitions=(make(pcls, partition=i32(0), fetch_offset=i64(42),
+                                                    partition_max_bytes=i32(1 << 20)),), **named),),
+                forgotten_topics_data=())
+    return memoryview(encode_request(1, version, 11, body))[4:]
+
+
+@pytest.mark.parametrize("version", range(4, 19))
+def test_fetch_peek_reads_the_wait_the_full_decode_finds(version):
+    """Without an authorizer a Fetch request is not decoded: only ``max_wait`` is read (after
+    ``replica_id`` before v15), and it must be what the decoded request holds."""
+    for max_wait_ms in (0, 500, 30_000):
+        frame = _fetch_request(version, max_wait_ms)
+        header = parse_request_header(frame)
+        full, peeked = FETCH[0].inspect(header, frame), FETCH[0].peek(header, frame)
+        assert (peeked.expects_response, peeked.broker_wait_s) == (full.expects_response, full.broker_wait_s)
+        assert peeked.broker_wait_s == max_wait_ms / 1000 and peeked.decoded is None
+    frame = _fetch_request(version, 500)
+    header = parse_request_header(frame)
+    short = frame[: header.size + (4 if version < 15 else 0) + 3]  # ends inside max_wait
+    with pytest.raises(CodecError, match=f"Fetch v{version}"):
+        FETCH[0].peek(parse_request_header(short), short)
+
