@@ -260,7 +260,7 @@ MUTATIONS = (
              ("tests/unit/protocol/test_fetch_stream.py",)),
     Mutation("denied answers: kio's type hints read again for every answer", "protocol/codecs.py",
              "@lru_cache(maxsize=None)  # (typing.get_type_hints", "# (typing.get_type_hints",
-             ("tests/unit/gateway/test_denied_answer_cost.py",)),
+             ("tests/unit/gateway/test_denied_answer_cost.py", "tests/unit/protocol/test_topics_enforcement.py")),
     Mutation("logins: no per-host turn for password hashing", "gateway/auth/password_hashing.py",
              "            async with turn.slots:", "            async with trio.Semaphore(1 << 20):",
              ("tests/unit/gateway/test_password_hashing.py",)),
