@@ -48,8 +48,9 @@ pass, the task switch and the per-wait epoll_ctl of every request.  With
 still in the caches at the next request (docs/operations.md).  A
 request's counter, and the authorizer's count of an allowance the decision memo
 answered, are incremented right after it was written upstream (``deferred``:
-before its response can be read, so before the client can see it); the upstream latency is observed before the response is written; byte
-counters are added every tick (they may lag the traffic by up to 100 ms).
+before its response can be read, so before the client can see it); the upstream
+latency is observed before the response is written; byte counters are added
+every tick (they may lag the traffic by up to 100 ms).
 
 Back-pressure: a lane stops reading its client while ``max_in_flight``
 responses are outstanding, bytes wait to go upstream, or more than
