@@ -1,7 +1,13 @@
-"""Fetch (1): requests decoded (they are small), responses walked around their records.
+"""Fetch (1): requests walked, responses walked around their records.
 
 Theory of operation
 -------------------
+A request is read by :func:`walk_fetch_request` (what authorization needs: replica id, max
+wait, session, topic entries, forgotten topics) when it has a consumer's usual shape, no
+tagged field set; anything else (a follower's ``replica_state``, a null count, a request that
+ends early) is decoded by kio, the walk's reference, into the same :class:`FetchRequestShape`.
+kio decodes a walked request only when kgw must rebuild it (some topics denied or unknown).
+
 A Fetch response is mostly record batches and is forwarded as the upstream's
 bytes.  From v16 on it may end with ``node_endpoints`` (KIP-951) in its
 top-level tagged fields, which must carry gateway addresses.  To find them,
@@ -54,8 +60,8 @@ the partitions of each session it saw created: a full fetch that creates one
 (epoch 0) is authorized as a whole and forwarded untouched, and the session id
 the upstream assigns is read from its response (no copy); each incremental
 fetch (epoch > 0) updates that set with the request's partitions and forgotten
-topics and authorizes *all* of them, as Kafka does, before forwarding it
-untouched.  Whenever something is denied, or a session kgw does not know is
+topics and authorizes *all* of them, the request's among them, in one batch, as Kafka does,
+before forwarding it untouched.  Whenever something is denied, or a session kgw does not know is
 used, the fetch is sent with ``session_epoch = -1`` (FINAL) and the session is
 dropped: KIP-227 defines (id, -1) as "close session *id*, make a full fetch,
 create no session", so the upstream answers ``session_id = 0`` and the client
@@ -82,6 +88,7 @@ import struct
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Iterator
+from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v16.response import NodeEndpoint
@@ -93,7 +100,7 @@ from kio.static.primitive import i64 as i64_
 
 from authz.acl import AclOperation, ResourceType
 from protocol.apis.addresses import rewrite_node_list
-from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RequestInfo
+from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RefuseRequest, RequestInfo
 from protocol.auth_helper import AuthHelper
 from protocol.codecs import CodecError, decode_request, encode, make, nested, response_class
 from protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
@@ -115,9 +122,169 @@ _FINAL_EPOCH = b"\xff\xff\xff\xff"  # session_epoch -1
 # ---------------------------------------------------------------- requests
 
 
+class FetchRequestShape:
+    """What enforcement reads of a Fetch request.  ``topics`` and ``forgotten`` are its topic
+    entries and forgotten topics in request order, each (key, partitions): the key is the
+    name before v13, the id from v13 on (None for the all-zero id, as kio reads it), the
+    partitions as listed.  ``request`` is the kio request when kio decoded it (None when
+    :func:`walk_fetch_request` walked it: enforcement decodes it only to rebuild it)."""
+
+    __slots__ = ("replica_id", "max_wait_ms", "session_id", "session_epoch", "topics", "forgotten", "request")
+
+    def __init__(self, replica_id: int, max_wait_ms: int, session_id: int, session_epoch: int,
+                 topics: list[tuple[Any, list[int]]], forgotten: list[tuple[Any, list[int]]],
+                 request: Any = None) -> None:
+        self.replica_id = replica_id
+        self.max_wait_ms = max_wait_ms
+        self.session_id = session_id
+        self.session_epoch = session_epoch
+        self.topics = topics
+        self.forgotten = forgotten
+        self.request = request
+
+    def fields(self) -> tuple[Any, ...]:
+        """Everything but ``request`` (what the walk and kio must agree on)."""
+        return (self.replica_id, self.max_wait_ms, self.session_id, self.session_epoch, self.topics, self.forgotten)
+
+
+def _shape_of(request: Any, version: int) -> FetchRequestShape:
+    """The shape of a request kio decoded (the reference :func:`walk_fetch_request` is tested against)."""
+    by_id = version >= 13
+    try:
+        topics = [(e.topic_id if by_id else e.topic, [p.partition for p in e.partitions]) for e in request.topics]
+        forgotten = [(f.topic_id if by_id else f.topic, list(f.partitions))
+                     for f in request.forgotten_topics_data] if version >= 7 else []
+    except (TypeError, AttributeError) as e:  # a null array where the schema has none
+        raise CodecError(f"malformed Fetch v{version} request: {type(e).__name__}: {e}") from None
+    return FetchRequestShape(_replica_id(request), request.max_wait // _MS, getattr(request, "session_id", 0),
+                             getattr(request, "session_epoch", -1), topics, forgotten, request)
+
+
+_MS = timedelta(milliseconds=1)
+_I32_AT = struct.Struct(">i").unpack_from
+_II_AT = struct.Struct(">ii").unpack_from
+_ZERO_ID = bytes(16)
+
+
+def _partition_size(version: int) -> int:
+    """Bytes of a request partition after its index: current_leader_epoch (v9+), fetch_offset,
+    last_fetched_epoch (v12+), log_start_offset (v5+), partition_max_bytes; its tagged fields
+    (v12+) follow."""
+    return (4 if version >= 9 else 0) + 8 + (4 if version >= 12 else 0) + (8 if version >= 5 else 0) + 4
+
+
+_PARTITION_SIZE = {v: _partition_size(v) for v in range(4, 19)}
+
+
+def _count(buf: memoryview, off: int, flexible: bool) -> tuple[int, int]:
+    """An array's element count (negative: null or negative, which the walk leaves to kio)."""
+    if flexible:
+        n = buf[off]
+        if n < 0x80:
+            return n - 1, off + 1
+        n, off = uvarint(buf, off)
+        return n - 1, off
+    return _I32_AT(buf, off)[0], off + 4
+
+
+def _key(buf: memoryview, off: int, by_id: bool, flexible: bool) -> tuple[Any, int]:
+    """A topic key: its id (v13+; None for the all-zero id, as kio reads it) or its name."""
+    if by_id:
+        end = off + 16
+        raw = bytes(buf[off:end])
+        if len(raw) != 16:
+            raise WalkError("buffer ends inside a topic id")
+        return (None if raw == _ZERO_ID else UUID(bytes=raw)), end
+    name, off = skip_string(buf, off, flexible)
+    if name is None:
+        raise WalkError("null topic name")
+    return name, off
+
+
+def walk_fetch_request(version: int, buf: memoryview, off: int) -> FetchRequestShape | None:
+    """The request's shape, read without kio when it has the usual shape: every length and
+    count present and not negative, no tagged field set anywhere (a consumer sets none), every
+    string UTF-8.  None for anything else: kio decodes it then (:func:`_inspect`), and names
+    what is malformed.  Bytes after the body are ignored, as kio and the broker ignore them.
+    kio's decode is the reference this is tested against (tests/unit/protocol/test_fetch_walk.py)."""
+    flexible = version >= 12
+    by_id = version >= 13
+    part_size = _PARTITION_SIZE.get(version)
+    if part_size is None:
+        return None
+    try:
+        if version < 15:
+            replica_id = _I32_AT(buf, off)[0]
+            off += 4
+        else:
+            replica_id = -1  # in replica_state, a tagged field (none set: a consumer's -1)
+        max_wait_ms = _I32_AT(buf, off)[0]
+        off += 13  # max_wait, min_bytes, max_bytes, isolation_level
+        if version >= 7:
+            session_id, session_epoch = _II_AT(buf, off)
+            off += 8
+        else:
+            session_id, session_epoch = 0, -1
+        n, off = _count(buf, off, flexible)
+        if n < 0:
+            return None
+        topics = []
+        for _ in range(n):
+            key, off = _key(buf, off, by_id, flexible)
+            count, off = _count(buf, off, flexible)
+            if count < 0:
+                return None
+            partitions = []
+            for _ in range(count):
+                partitions.append(_I32_AT(buf, off)[0])
+                off += 4 + part_size
+                if flexible:
+                    if buf[off] != 0:
+                        return None  # replica_directory_id (a follower's) or an unknown tag
+                    off += 1
+            if flexible:
+                if buf[off] != 0:
+                    return None
+                off += 1
+            topics.append((key, partitions))
+        forgotten = []
+        if version >= 7:
+            n, off = _count(buf, off, flexible)
+            if n < 0:
+                return None
+            for _ in range(n):
+                key, off = _key(buf, off, by_id, flexible)
+                count, off = _count(buf, off, flexible)
+                if count < 0:
+                    return None
+                partitions = []
+                for _ in range(count):
+                    partitions.append(_I32_AT(buf, off)[0])
+                    off += 4
+                if flexible:
+                    if buf[off] != 0:
+                        return None
+                    off += 1
+                forgotten.append((key, partitions))
+        if version >= 11:
+            rack, off = skip_string(buf, off, flexible)
+            if rack is None:
+                return None
+        if flexible:
+            if buf[off] != 0:
+                return None  # cluster_id or replica_state (a follower's) set
+        elif off > len(buf):  # (fixed-size fields are stepped over: past the end, it ended in them)
+            return None
+    except (WalkError, struct.error, IndexError, UnicodeDecodeError):
+        return None
+    return FetchRequestShape(replica_id, max_wait_ms, session_id, session_epoch, topics, forgotten)
+
+
 def _inspect(header: RequestHeader, frame: memoryview) -> RequestInfo:
-    request = decode_request(1, header.api_version, frame, header.size)
-    return RequestInfo(decoded=request, broker_wait_s=max(request.max_wait.total_seconds(), 0.0))
+    shape = walk_fetch_request(header.api_version, frame, header.size)
+    if shape is None:
+        shape = _shape_of(decode_request(1, header.api_version, frame, header.size), header.api_version)
+    return RequestInfo(decoded=shape, broker_wait_s=max(shape.max_wait_ms, 0) / 1000.0)
 
 
 _MAX_WAIT = struct.Struct(">i")
@@ -148,8 +315,8 @@ def _session_epoch_offset(version: int) -> int:
     return (4 if version < 15 else 0) + 4 + 4 + 4 + 1 + 4
 
 
-def _uses_session(version: int, request: Any) -> bool:
-    return version >= 7 and request.session_epoch != -1
+def _uses_session(version: int, shape: FetchRequestShape) -> bool:
+    return version >= 7 and shape.session_epoch != -1
 
 
 class _Topic:
@@ -163,19 +330,14 @@ class _Topic:
         self.partitions = partitions
 
 
-def _request_topics(request: Any, version: int, names: TopicCache) -> list[_Topic]:
+def _request_topics(shape: FetchRequestShape, version: int, names: TopicCache) -> list[_Topic]:
     """The request's topic entries; a partition named twice counts once (Kafka keys its
     fetch map by topic-partition).  Hot path: one set per topic, ints hashed, no per-partition tuples."""
     by_id = version >= 13
     out = []
     seen: dict[Any, Any] = {}
-    for entry in request.topics:
-        if by_id:
-            key = entry.topic_id
-            name = names.name_of(key)
-        else:
-            key = name = entry.topic
-        partitions = [p.partition for p in entry.partitions]
+    for key, partitions in shape.topics:
+        name = names.name_of(key) if by_id else key
         taken = seen.get(key)
         if taken is None:
             taken = seen[key] = set(partitions)
@@ -465,19 +627,28 @@ def _merger(version: int, errors: list[tuple[_Topic, int]]) -> Any:
 _SESSIONS = "fetch_sessions"  # connection_state key: session id -> {topic name: set of partitions}
 
 
-def _session_after(cached: dict[str, set[int]], request: Any, topics: list[_Topic], version: int,
+def _session_after(cached: dict[str, set[int]], shape: FetchRequestShape, topics: list[_Topic], version: int,
                    names: TopicCache) -> dict[str, set[int]] | None:
-    """The session's partitions once this incremental fetch is applied; None if a topic is unknown."""
+    """The session's partitions once this incremental fetch is applied (``cached`` itself when
+    it changes nothing: the usual fetch); None if a topic is unknown."""
+    if not shape.forgotten:
+        for t in topics:
+            if t.partitions:
+                held = cached.get(t.name) if t.name is not None else None
+                if held is None or not held.issuperset(t.partitions):
+                    break
+        else:
+            return cached
     after = {name: set(parts) for name, parts in cached.items()}
     for t in topics:
         if t.partitions:
             if t.name is None:
                 return None
             after.setdefault(t.name, set()).update(t.partitions)
-    for forgotten in request.forgotten_topics_data:
-        name = names.name_of(forgotten.topic_id) if version >= 13 else forgotten.topic
+    for key, partitions in shape.forgotten:
+        name = names.name_of(key) if version >= 13 else key
         if name in after:
-            after[name].difference_update(forgotten.partitions)
+            after[name].difference_update(partitions)
             if not after[name]:
                 del after[name]
     return after
@@ -495,52 +666,51 @@ def _learn_session(sessions: dict[Any, Any], version: int, partitions: dict[str 
     return merge
 
 
-def _with_session(auth: AuthHelper, header: RequestHeader, request: Any,
-                  topics: list[_Topic]) -> Decision | None:
-    """Keep a fetch session whose every partition is allowed; None to fall back to session-less."""
-    sessions = auth.connection_state.setdefault(_SESSIONS, {})
-    version = header.api_version
-    if request.session_epoch == 0:  # a new session: this full fetch lists all its partitions
-        sessions.pop(request.session_id, None)
-        partitions = {t.name: set(t.partitions) for t in topics if t.partitions}
-        return Decision(merge=_learn_session(sessions, version, partitions))
-    cached = sessions.pop(request.session_id, None)
-    if cached is None:
-        return None
-    after = _session_after(cached, request, topics, version, auth.topics)
-    if after is None:
-        return None
-    allowed = auth.filter(ResourceType.TOPIC, AclOperation.READ, {n: len(p) for n, p in after.items()})
-    if len(allowed) != len(after):
-        return None
-    sessions[request.session_id] = after
-    return FORWARD
-
-
-def _sessionless(header: RequestHeader, body: memoryview, request: Any) -> Decision:
+def _sessionless(header: RequestHeader, body: memoryview, shape: FetchRequestShape) -> Decision:
     """Forward as is, or with session_epoch -1 if the request would create or use a session."""
-    if not _uses_session(header.api_version, request):
+    if not _uses_session(header.api_version, shape):
         return FORWARD
     at = header.size + _session_epoch_offset(header.api_version)
     return Decision(request=b"".join((body[header.size : at], _FINAL_EPOCH, body[at + 4 :])))
+
+
+def _kio_request(header: RequestHeader, body: memoryview, shape: FetchRequestShape) -> Any:
+    """The kio request, for the rare fetch kgw rebuilds (decoded then if the walk read it)."""
+    if shape.request is not None:
+        return shape.request
+    try:
+        return decode_request(1, header.api_version, body, header.size)
+    except CodecError as e:  # (the walk reads only what kio reads: tests/unit/protocol/test_fetch_walk.py)
+        raise RefuseRequest(f"malformed Fetch v{header.api_version} request: {e}") from None
 
 
 def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
     """Fetch (docs/authorization.md): follower CLUSTER:CLUSTER_ACTION, consumer TOPIC:READ per topic."""
     if not auth.enabled:
         return FORWARD
-    request = info.decoded
+    shape: FetchRequestShape = info.decoded
     version = header.api_version
-    topics = _request_topics(request, version, auth.topics)
-    if _replica_id(request) >= 0:
+    topics = _request_topics(shape, version, auth.topics)
+    if shape.replica_id >= 0:
         if auth.cluster(AclOperation.CLUSTER_ACTION):
             return FORWARD
         return Decision(respond=_error_response(version, [(t, TOPIC_AUTHORIZATION_FAILED) for t in topics]))
-    counts: dict[str, int] = {}
-    for t in topics:
-        if t.name is not None and t.partitions:
-            counts[t.name] = counts.get(t.name, 0) + len(t.partitions)
-    allowed = auth.filter(ResourceType.TOPIC, AclOperation.READ, counts)
+    uses_session = _uses_session(version, shape)
+    sessions: dict[Any, Any] = auth.connection_state.setdefault(_SESSIONS, {}) if uses_session else {}
+    after = None
+    if uses_session and shape.session_epoch != 0:  # an incremental fetch: its session ends here unless kept
+        cached = sessions.pop(shape.session_id, None)
+        if cached is not None:
+            after = _session_after(cached, shape, topics, version, auth.topics)
+    if after is not None:
+        # Kafka authorizes the session's every partition, the request's among them, in one batch
+        allowed = auth.filter(ResourceType.TOPIC, AclOperation.READ, {n: len(p) for n, p in after.items()})
+    else:
+        counts: dict[str, int] = {}
+        for t in topics:
+            if t.name is not None and t.partitions:
+                counts[t.name] = counts.get(t.name, 0) + len(t.partitions)
+        allowed = auth.filter(ResourceType.TOPIC, AclOperation.READ, counts)
     # an entry without partitions fetches nothing, so it is neither checked nor answered (as in
     # Kafka); it is not forwarded either: its name or id was never authorized
     unknown = [(t, UNKNOWN_TOPIC_ID) for t in topics if t.partitions and t.name is None]
@@ -552,14 +722,19 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
             empty = True
             break
     if not unknown and not denied and not empty:
-        if _uses_session(version, request):
-            kept_session = _with_session(auth, header, request, topics)
-            if kept_session is not None:
-                return kept_session
-        return _sessionless(header, body, request)
+        if uses_session:
+            if shape.session_epoch == 0:  # a new session: this full fetch lists all its partitions
+                sessions.pop(shape.session_id, None)
+                partitions = {t.name: set(t.partitions) for t in topics if t.partitions}
+                return Decision(merge=_learn_session(sessions, version, partitions))
+            if after is not None and len(allowed) == len(after):  # kept: every partition allowed
+                sessions[shape.session_id] = after
+                return FORWARD
+        return _sessionless(header, body, shape)  # a session kgw does not know, or a denied partition in it
     if version >= 7:
-        auth.connection_state.get(_SESSIONS, {}).pop(request.session_id, None)
+        sessions.pop(shape.session_id, None)
     errors = unknown + denied  # Kafka: unknown ids are found first, then the auth check
+    request = _kio_request(header, body, shape)
     kept = tuple(e for e, t in zip(request.topics, topics) if t.partitions and t.name in allowed)
     if not kept:
         return Decision(respond=_error_response(version, errors))

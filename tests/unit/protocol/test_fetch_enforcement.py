@@ -294,6 +294,27 @@ def test_incremental_fetch_reauthorizes_every_cached_partition(version):
     assert [(x.resource_pattern.name, x.resource_reference_count) for x in actions] == [("orders", 2)]
 
 
+@pytest.mark.parametrize("version", [12, 16, 17])
+def test_an_incremental_fetch_is_one_authorize_call_over_its_whole_session(version):
+    """As Kafka: one batch over the session's partitions, the request's among them (their
+    decision is the same), each topic counted by its partitions in the session."""
+    a = authorizer(*READ_ORDERS_AUDIT)
+    state = {"fetch_sessions": {77: {"orders": {0, 1}, "audit": {1}}}}
+    for epoch, listed in ((3, [("orders", [0])]), (4, []), (5, [("orders", [1, 0]), ("audit", [1])])):
+        a.calls.clear()
+        _, _, decision = session_enforce(a, version, fetch_request(version, listed, session_id=77, epoch=epoch), state)
+        assert decision is FORWARD
+        assert [[(x.resource_pattern.name, x.resource_reference_count) for x in c] for c in a.calls] == [
+            [("orders", 2), ("audit", 1)]]
+    assert state["fetch_sessions"] == {77: {"orders": {0, 1}, "audit": {1}}}
+    # a partition the session does not hold yet joins it, and is counted with it
+    a.calls.clear()
+    _, _, decision = session_enforce(a, version, fetch_request(version, [("orders", [2])], session_id=77, epoch=6),
+                                     state)
+    assert decision is FORWARD and state["fetch_sessions"] == {77: {"orders": {0, 1, 2}, "audit": {1}}}
+    assert [(x.resource_pattern.name, x.resource_reference_count) for x in a.calls[-1]] == [("orders", 3), ("audit", 1)]
+
+
 @pytest.mark.parametrize("version", [12, 16])
 def test_a_denied_cached_partition_ends_the_session(version):
     """The request lists only allowed partitions, but the session also holds a topic now denied."""
