@@ -52,7 +52,25 @@ from protocol.headers import RequestHeader
 if TYPE_CHECKING:
     from protocol.services import LocalServices
 
-__all__ = ["ApiSpec", "Decision", "FORWARD", "RefuseRequest", "NodeMap", "RequestInfo", "RequestInspector", "ResponseRewriter"]
+__all__ = ["ApiSpec", "Decision", "FORWARD", "RefuseRequest", "NodeMap", "RequestInfo", "RequestInspector", "ResponseRewriter",
+           "SESSIONS_PER_CONNECTION", "keep_session"]
+
+#: Fetch sessions (KIP-227) and share sessions (KIP-932) kgw keeps for one client connection, at
+#: most.  A client uses one per broker connection; one it opens beyond these drops the one kgw
+#: kept longest, whose next incremental fetch kgw then answers as for a session it never saw
+#: (the client starts over, each partition authorized again), as the broker's bounded session
+#: cache evicts its own.  Without a bound, a client opening session after session on one
+#: connection would grow kgw's memory without end.
+SESSIONS_PER_CONNECTION = 16
+
+
+def keep_session(sessions: dict[Any, Any], key: Any, value: Any) -> None:
+    """Keep ``value`` as the connection's session ``key``, newest last, dropping the oldest
+    beyond :data:`SESSIONS_PER_CONNECTION`."""
+    sessions.pop(key, None)
+    sessions[key] = value
+    while len(sessions) > SESSIONS_PER_CONNECTION:
+        del sessions[next(iter(sessions))]
 
 
 class NodeMap(Protocol):

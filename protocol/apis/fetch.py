@@ -100,7 +100,7 @@ from kio.static.primitive import i64 as i64_
 
 from authz.acl import AclOperation, ResourceType
 from protocol.apis.addresses import rewrite_node_list
-from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RefuseRequest, RequestInfo
+from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RefuseRequest, RequestInfo, keep_session
 from protocol.auth_helper import AuthHelper
 from protocol.codecs import CodecError, decode_request, encode, make, nested, response_class
 from protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
@@ -626,6 +626,16 @@ def _merger(version: int, errors: list[tuple[_Topic, int]]) -> Any:
 
 _SESSIONS = "fetch_sessions"  # connection_state key: session id -> {topic name: set of partitions}
 
+#: partitions kgw keeps for one fetch session, at most: a session that would hold more is not
+#: kept (its fetch goes on with session epoch -1, a full fetch that creates no session), so that
+#: incremental fetches naming partition after partition cannot grow kgw's memory without end.
+#: The sessions of a connection are bounded too (protocol.apis.base.SESSIONS_PER_CONNECTION).
+SESSION_PARTITIONS = 10_000
+
+
+def _partition_count(session: dict[Any, set[int]]) -> int:
+    return sum(len(parts) for parts in session.values())
+
 
 def _session_after(cached: dict[str, set[int]], shape: FetchRequestShape, topics: list[_Topic], version: int,
                    names: TopicCache) -> dict[str, set[int]] | None:
@@ -660,7 +670,7 @@ def _learn_session(sessions: dict[Any, Any], version: int, partitions: dict[str 
     def merge(buf: memoryview | bytes, off: int) -> None:
         shape = walk_fetch_response(version, buf, off)
         if shape.error_code == 0 and shape.session_id != 0:
-            sessions[shape.session_id] = partitions
+            keep_session(sessions, shape.session_id, partitions)
         return None
 
     return merge
@@ -697,7 +707,7 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
         return Decision(respond=_error_response(version, [(t, TOPIC_AUTHORIZATION_FAILED) for t in topics]))
     uses_session = _uses_session(version, shape)
     sessions: dict[Any, Any] = auth.connection_state.setdefault(_SESSIONS, {}) if uses_session else {}
-    after = None
+    cached = after = None
     if uses_session and shape.session_epoch != 0:  # an incremental fetch: its session ends here unless kept
         cached = sessions.pop(shape.session_id, None)
         if cached is not None:
@@ -726,8 +736,10 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
             if shape.session_epoch == 0:  # a new session: this full fetch lists all its partitions
                 sessions.pop(shape.session_id, None)
                 partitions = {t.name: set(t.partitions) for t in topics if t.partitions}
-                return Decision(merge=_learn_session(sessions, version, partitions))
-            if after is not None and len(allowed) == len(after):  # kept: every partition allowed
+                if _partition_count(partitions) <= SESSION_PARTITIONS:
+                    return Decision(merge=_learn_session(sessions, version, partitions))
+            elif (after is not None and len(allowed) == len(after)  # kept: every partition allowed
+                  and (after is cached or _partition_count(after) <= SESSION_PARTITIONS)):
                 sessions[shape.session_id] = after
                 return FORWARD
         return _sessionless(header, body, shape)  # a session kgw does not know, or a denied partition in it

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 from authz.acl import AclOperation
-from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
+from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo, keep_session
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
 from protocol.codecs import decode_response, encode, nested, response_class
@@ -113,8 +113,8 @@ def _share_data_plane(key: int) -> Any:
         denied = {t.topic_id for t in topics if names[t.topic_id] is None or names[t.topic_id] not in allowed}
         if key == 78 and epoch == 0:
             requested = _parts(topics)
-            sessions[session_key] = _ShareSession(
-                requested, {tid: parts for tid, parts in requested.items() if tid not in denied})
+            keep_session(sessions, session_key, _ShareSession(
+                requested, {tid: parts for tid, parts in requested.items() if tid not in denied}))
         if not denied:
             return FORWARD
 

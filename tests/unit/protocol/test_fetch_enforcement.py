@@ -35,7 +35,7 @@ from authz.acl import (
 from authz.authorizer import AuthorizableRequestContext
 from authz.principal import KafkaPrincipal
 from authz.standard_authorizer import StandardAuthorizer
-from protocol.apis.base import FORWARD
+from protocol.apis.base import FORWARD, SESSIONS_PER_CONNECTION
 from protocol import topic_ids
 from protocol.apis.fetch import SPECS, walk_fetch_response
 from protocol.auth_helper import AuthHelper
@@ -313,6 +313,41 @@ def test_an_incremental_fetch_is_one_authorize_call_over_its_whole_session(versi
                                      state)
     assert decision is FORWARD and state["fetch_sessions"] == {77: {"orders": {0, 1, 2}, "audit": {1}}}
     assert [(x.resource_pattern.name, x.resource_reference_count) for x in a.calls[-1]] == [("orders", 3), ("audit", 1)]
+
+
+def test_a_connection_opening_session_after_session_keeps_a_bounded_number():
+    """A client opening fetch sessions one after another on one connection (the broker gives
+    each a new id): kgw keeps the newest SESSIONS_PER_CONNECTION; an older one's next
+    incremental fetch goes on without a session, and the client starts over."""
+    a, state = authorizer(*READ_ORDERS_AUDIT), {}
+    ids = range(1000, 1000 + SESSIONS_PER_CONNECTION * 4)
+    for session_id in ids:
+        _, _, decision = session_enforce(a, 16, fetch_request(16, [("orders", [0])], session_id=0, epoch=0), state)
+        decision.merge(memoryview(encode(upstream_response(16, [("orders", [(0, None)])], session_id=session_id))), 0)
+    assert list(state["fetch_sessions"]) == list(ids)[-SESSIONS_PER_CONNECTION:]
+    newest = fetch_request(16, [("orders", [0])], session_id=ids[-1], epoch=1)
+    assert session_enforce(a, 16, newest, state)[2] is FORWARD
+    oldest = fetch_request(16, [("orders", [0])], session_id=ids[0], epoch=1)
+    header, frame, decision = session_enforce(a, 16, oldest, state)
+    _sessionless_request(header, frame, decision, oldest)
+
+
+def test_a_session_grown_past_its_partition_bound_is_not_kept(monkeypatch):
+    """Incremental fetches naming partition after partition: a session that would hold more
+    than SESSION_PARTITIONS goes on without one (epoch -1); a full fetch over the bound
+    creates none."""
+    monkeypatch.setattr(fetch_mod, "SESSION_PARTITIONS", 4)
+    a = authorizer(*READ_ORDERS_AUDIT)
+    state = {"fetch_sessions": {77: {"orders": {0, 1}}}}
+    request = fetch_request(16, [("orders", [2, 3])], session_id=77, epoch=3)
+    assert session_enforce(a, 16, request, state)[2] is FORWARD  # four: at the bound
+    request = fetch_request(16, [("orders", [4])], session_id=77, epoch=4)
+    header, frame, decision = session_enforce(a, 16, request, state)
+    _sessionless_request(header, frame, decision, request)
+    assert state["fetch_sessions"] == {}
+    full = fetch_request(16, [("orders", [0, 1, 2]), ("audit", [0, 1])], session_id=0, epoch=0)
+    header, frame, decision = session_enforce(a, 16, full, state)
+    _sessionless_request(header, frame, decision, full)
 
 
 @pytest.mark.parametrize("version", [12, 16])

@@ -11,7 +11,7 @@ from datetime import timedelta
 from authz.acl import AclOperation as Op, AclPermissionType, ResourceType as RT
 from authz.authorizer import AuthorizableRequestContext
 from authz.principal import KafkaPrincipal
-from protocol.apis.base import FORWARD
+from protocol.apis.base import FORWARD, SESSIONS_PER_CONNECTION
 from protocol.apis.registry import REGISTRY
 from protocol.auth_helper import AuthHelper
 from protocol.codecs import decode_request, decode_response, encode, response_class
@@ -170,3 +170,15 @@ def test_closing_the_session_forgets_it():
     conn.fetch(0, topics=[(A, [0])])
     conn.fetch(-1)
     assert decode_response(78, 1, conn.fetch(1).respond, 0).error_code == 122
+
+
+def test_a_connection_opening_session_after_session_keeps_a_bounded_number():
+    """A client opening share sessions under new member ids on one connection: kgw keeps the
+    newest SESSIONS_PER_CONNECTION; an older one's next fetch gets 122 and starts over."""
+    conn = Connection(both_readable())
+    members = [f"m-{i}" for i in range(SESSIONS_PER_CONNECTION * 4)]
+    for member in members:
+        assert conn.fetch(0, topics=[(A, [0])], member=member) is FORWARD
+    assert len(conn.state["share_sessions"]) == SESSIONS_PER_CONNECTION
+    assert conn.fetch(1, member=members[-1]) is FORWARD
+    assert decode_response(78, 1, conn.fetch(1, member=members[0]).respond, 0).error_code == 122
