@@ -43,6 +43,8 @@ def _enforce_share_heartbeat(auth: AuthHelper, header: RequestHeader, body: memo
 
 _SHARE_SESSIONS = "share_sessions"  # connection_state key: (group, member) -> _ShareSession
 SHARE_SESSION_NOT_FOUND = 122
+#: partitions kgw keeps for one share session, at most (as a fetch session's: protocol/apis/fetch.py)
+SESSION_PARTITIONS = 10_000
 
 
 class _ShareSession:
@@ -112,7 +114,7 @@ def _share_data_plane(key: int) -> Any:
         allowed = auth.filter(TOPIC, READ, counts)
         denied = {t.topic_id for t in topics if names[t.topic_id] is None or names[t.topic_id] not in allowed}
         if key == 78 and epoch == 0:
-            requested = _parts(topics)
+            requested = _parts(topics)  # (no more than one request holds; bounded again as it grows)
             keep_session(sessions, session_key, _ShareSession(
                 requested, {tid: parts for tid, parts in requested.items() if tid not in denied}))
         if not denied:
@@ -166,6 +168,12 @@ def _share_session(auth: AuthHelper, version: int, request: Any, sessions: dict[
             client[f.topic_id].difference_update(f.partitions)
             if not client[f.topic_id]:
                 del client[f.topic_id]
+    if sum(len(parts) for parts in client.values()) > SESSION_PARTITIONS:
+        # kgw would have to remember more than it keeps for one session: the session ends here
+        # (the broker's is left to expire), and the client starts over
+        sessions.pop(session_key, None)
+        return _respond(78, version, error_code=SHARE_SESSION_NOT_FOUND,
+                        error_message=f"Share session over {SESSION_PARTITIONS} partitions: not kept (kgw).")
     for tid in client:
         if tid not in names:
             names[tid] = _topic_name(auth, tid)

@@ -11,6 +11,7 @@ from datetime import timedelta
 from authz.acl import AclOperation as Op, AclPermissionType, ResourceType as RT
 from authz.authorizer import AuthorizableRequestContext
 from authz.principal import KafkaPrincipal
+from protocol.apis import share_groups
 from protocol.apis.base import FORWARD, SESSIONS_PER_CONNECTION
 from protocol.apis.registry import REGISTRY
 from protocol.auth_helper import AuthHelper
@@ -182,3 +183,15 @@ def test_a_connection_opening_session_after_session_keeps_a_bounded_number():
     assert len(conn.state["share_sessions"]) == SESSIONS_PER_CONNECTION
     assert conn.fetch(1, member=members[-1]) is FORWARD
     assert decode_response(78, 1, conn.fetch(1, member=members[0]).respond, 0).error_code == 122
+
+
+def test_a_session_grown_past_its_partition_bound_ends(monkeypatch):
+    """Incremental ShareFetches naming partition after partition: past SESSION_PARTITIONS the
+    session ends (122, the client starts over) instead of growing kgw's memory."""
+    monkeypatch.setattr(share_groups, "SESSION_PARTITIONS", 3)
+    conn = Connection(both_readable())
+    assert conn.fetch(0, topics=[(A, [0, 1])]) is FORWARD
+    assert conn.fetch(1, topics=[(A, [2])]) is FORWARD  # three: at the bound
+    over = conn.fetch(2, topics=[(B, [0])])
+    assert decode_response(78, 1, over.respond, 0).error_code == 122
+    assert "share_sessions" in conn.state and conn.state["share_sessions"] == {}
