@@ -421,7 +421,7 @@ class ConnectionCore:
         info = self._inspected(spec, inspect, header, body)
         memo = self._memo
         if (sole is not None and memo is not None and self._context.principal is self.principal
-                and (action := sole(header, info)) is not None
+                and (action := sole(header, info, self._enforce_state, self.gw.topic_ids)) is not None
                 and memo.allows(action, None if lane is None else lane.deferred)):
             decision = FORWARD  # the usual request's whole enforcement, an allowance the memo holds
         else:

@@ -146,9 +146,11 @@ class ApiSpec:
     #: moved without entering user space (e.g. :class:`protocol.apis.fetch.FetchResponseStream`);
     #: called with (version, head, bytes left, node map, smallest record set worth moving)
     stream_response: Callable[..., Any] | None = None
-    #: the usual request's whole enforcement as one question: (header, info) -> the one LITERAL
-    #: action (:func:`protocol.auth_helper.literal_action`) whose allowance alone makes
-    #: ``enforce`` forward the request as it is, or None when the request needs ``enforce``.
-    #: The dispatcher answers it from the connection's decision memo only (a remembered
-    #: allowance); anything else goes through ``enforce``.
-    sole_action: Callable[[RequestHeader, RequestInfo], Any] | None = None
+    #: the usual request's whole enforcement as one question: (header, info, the connection's
+    #: enforcement state (``AuthHelper.connection_state``), the gateway's learned topic ids) ->
+    #: the one LITERAL action (:func:`protocol.auth_helper.literal_action`) whose allowance alone
+    #: makes ``enforce`` forward the request as it is and change nothing it keeps, or None when
+    #: the request needs ``enforce``.  It reads the state, never changes it.  The dispatcher
+    #: answers it from the connection's decision memo only (a remembered allowance); anything
+    #: else goes through ``enforce``.
+    sole_action: Callable[[RequestHeader, RequestInfo, dict[Any, Any], Any], Any] | None = None

@@ -101,7 +101,7 @@ from kio.static.primitive import i64 as i64_
 from authz.acl import AclOperation, ResourceType
 from protocol.apis.addresses import rewrite_node_list
 from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RefuseRequest, RequestInfo, keep_session
-from protocol.auth_helper import AuthHelper
+from protocol.auth_helper import AuthHelper, literal_action
 from protocol.codecs import CodecError, decode_request, encode, make, nested, response_class
 from protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
 from protocol.headers import RequestHeader
@@ -187,14 +187,28 @@ def _count(buf: memoryview, off: int, flexible: bool) -> tuple[int, int]:
     return _I32_AT(buf, off)[0], off + 4
 
 
+#: topic ids' UUIDs by their bytes (a UUID is immutable; making one costs a microsecond), at
+#: most _UUIDS_KEPT, the table emptied when full
+_UUIDS: dict[bytes, UUID] = {}
+_UUIDS_KEPT = 16384
+
+
 def _key(buf: memoryview, off: int, by_id: bool, flexible: bool) -> tuple[Any, int]:
     """A topic key: its id (v13+; None for the all-zero id, as kio reads it) or its name."""
     if by_id:
         end = off + 16
         raw = bytes(buf[off:end])
+        topic_id = _UUIDS.get(raw)
+        if topic_id is not None:
+            return topic_id, end
         if len(raw) != 16:
             raise WalkError("buffer ends inside a topic id")
-        return (None if raw == _ZERO_ID else UUID(bytes=raw)), end
+        if raw == _ZERO_ID:
+            return None, end
+        if len(_UUIDS) >= _UUIDS_KEPT:
+            _UUIDS.clear()
+        topic_id = _UUIDS[raw] = UUID(bytes=raw)
+        return topic_id, end
     name, off = skip_string(buf, off, flexible)
     if name is None:
         raise WalkError("null topic name")
@@ -684,6 +698,34 @@ def _sessionless(header: RequestHeader, body: memoryview, shape: FetchRequestSha
     return Decision(request=b"".join((body[header.size : at], _FINAL_EPOCH, body[at + 4 :])))
 
 
+_TOPIC, _READ = ResourceType.TOPIC, AclOperation.READ
+
+
+def _sole_action(header: RequestHeader, info: RequestInfo, state: dict[Any, Any], names: TopicCache) -> Any:
+    """A consumer's usual fetch: incremental, on a session of one topic kgw keeps, naming none
+    or some of the partitions the session holds, forgetting none.  :func:`_enforce` authorizes
+    TOPIC READ on that topic, counted by the session's partitions, and forwards the request as
+    it is, the session unchanged: that action.  None for any other fetch."""
+    shape: FetchRequestShape = info.decoded
+    if shape.replica_id >= 0 or shape.forgotten or shape.session_epoch in (0, -1) or header.api_version < 7:
+        return None
+    sessions = state.get(_SESSIONS)
+    cached = sessions.get(shape.session_id) if sessions else None
+    if cached is None or len(cached) != 1:
+        return None
+    ((name, held),) = cached.items()
+    topics = shape.topics
+    if topics:
+        if len(topics) != 1:
+            return None
+        key, partitions = topics[0]
+        if not partitions or (names.name_of(key) if header.api_version >= 13 else key) != name:
+            return None
+        if not held.issuperset(partitions):
+            return None
+    return literal_action(_TOPIC, name, _READ, len(held))
+
+
 def _kio_request(header: RequestHeader, body: memoryview, shape: FetchRequestShape) -> Any:
     """The kio request, for the rare fetch kgw rebuilds (decoded then if the walk read it)."""
     if shape.request is not None:
@@ -695,7 +737,9 @@ def _kio_request(header: RequestHeader, body: memoryview, shape: FetchRequestSha
 
 
 def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: RequestInfo) -> Decision:
-    """Fetch (docs/authorization.md): follower CLUSTER:CLUSTER_ACTION, consumer TOPIC:READ per topic."""
+    """Fetch (docs/authorization.md): follower CLUSTER:CLUSTER_ACTION, consumer TOPIC:READ per topic.
+    The usual session fetch's path through here is also :func:`_sole_action` (the dispatcher's
+    shortcut): keep them in step."""
     if not auth.enabled:
         return FORWARD
     shape: FetchRequestShape = info.decoded
@@ -935,4 +979,4 @@ class FetchResponseStream:
 
 
 SPECS = (ApiSpec(1, "Fetch", _inspect, _rewrite, enforce=_enforce, peek=_peek, versions=(4, 18),
-                 stream_response=FetchResponseStream),)
+                 stream_response=FetchResponseStream, sole_action=_sole_action),)

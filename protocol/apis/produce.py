@@ -467,7 +467,7 @@ def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> by
 _TOPIC, _WRITE = ResourceType.TOPIC, AclOperation.WRITE
 
 
-def _sole_action(header: RequestHeader, info: RequestInfo) -> Action | None:
+def _sole_action(header: RequestHeader, info: RequestInfo, _state: Any = None, _topics: Any = None) -> Action | None:
     """The usual request (one topic, by name rather than by id; no transactional batch;
     every batch valid): :func:`_enforce` asks TOPIC WRITE on that topic,
     counted once per partition, and forwards the request as it is when it is allowed.  None

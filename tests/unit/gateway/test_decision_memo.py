@@ -27,7 +27,15 @@ from protocol.apis.produce import ProduceShape, TopicSpan
 from protocol.apis.registry import REGISTRY
 from protocol.codecs import decode_response
 from tests.support.kio_samples import record_batch
+from gateway.upstream.cluster import encode_request
+from protocol.apis.api_versions import VersionRange, advertised_versions
+from protocol.apis.registry import LOCAL_KEYS
+from protocol.codecs import decode_request, encode
+from protocol.framing import FrameDecoder
+from protocol.headers import parse_request_header
 from tests.unit.gateway.test_connection_core import _core, _gateway, _learn_versions, _produce, _produce_of
+from tests.unit.protocol import test_fetch_enforcement as fetch_tests
+from tests.unit.protocol.test_fetch_enforcement import fetch_request, upstream_response
 
 TOPIC_AUTHORIZATION_FAILED = 29
 INVALID_RECORD = 87
@@ -263,3 +271,95 @@ def test_a_produce_naming_its_topic_by_id_has_no_sole_action():
     by_id = TopicSpan(None, [0], 0, 0, 0, 0, [(0, 0)], None, uuid.uuid4())
     shape = ProduceShape(None, 1, 1000, [by_id], False, 0, 0)
     assert REGISTRY[0].sole_action(None, RequestInfo(True, 1.0, shape)) is None
+
+
+# -- the usual Fetch of a session, forwarded on the memo's word alone (ApiSpec.sole_action) ------
+
+_ORDERS_ID = uuid.UUID(int=0x0A)
+
+
+def _read_acl(principal: str, topic: str) -> AclBinding:
+    return AclBinding(ResourcePattern(ResourceType.TOPIC, topic, PatternType.LITERAL),
+                      AccessControlEntry(principal, "*", AclOperation.READ, AclPermissionType.ALLOW))
+
+
+def _fetch_frame(version: int, cid: int, topics, session_id: int, epoch: int, forgotten=(),
+                 replica_id: int = -1) -> memoryview:
+    return memoryview(encode_request(1, version, cid, fetch_request(version, topics, session_id, epoch,
+                                                                    replica_id=replica_id, forgotten=forgotten)))
+
+
+def _answer(core, version: int, cid: int, session_id: int = 0) -> None:
+    """The upstream's answer to the request in flight (records of orders-0 and -1)."""
+    body = b"\x00" + encode(upstream_response(version, [("orders", [(0, None), (1, None)])], session_id=session_id))
+    decoder = FrameDecoder(1 << 20, trusted=True)
+    decoder.receive_data((4 + len(body)).to_bytes(4, "big") + cid.to_bytes(4, "big") + body)
+    assert core.complete_responses(decoder)
+    core.pending.clear()
+
+
+def _fetch_session(version: int, monkeypatch):
+    """A consumer allowed to read ``orders`` on a connection whose Fetch session 77 (orders-0,
+    orders-1) was created through the core and learned from the upstream's answer, then used
+    once (the memo remembers the session's action); its ``_auth_helper`` calls and the
+    authorizer's ``authorize`` calls listed."""
+    gw, core, acl_id, calls, registry = _setup("User:memo-reader", "memo-unused")
+    read_id = uuid.uuid4()
+    gw.authorizer.apply_changes({read_id: _read_acl("User:memo-reader", "orders")}, [acl_id])
+    gw.cluster.versions[1] = VersionRange(4, 17)
+    gw._advertised = advertised_versions(gw.cluster.versions, LOCAL_KEYS, REGISTRY, True)
+    gw._advertised_for = gw.cluster.versions
+    gw.topic_ids.learn("orders", _ORDERS_ID)
+    monkeypatch.setitem(fetch_tests.TOPICS, 0, gw.topic_ids)
+    helpers: list = []
+    real = ConnectionCore._auth_helper
+    monkeypatch.setattr(ConnectionCore, "_auth_helper", lambda self, *a: helpers.append(a) or real(self, *a))
+    out: list = []
+    assert core.dispatch(_fetch_frame(version, 1, [("orders", [0, 1])], 0, 0), out) is False
+    _answer(core, version, 1, session_id=77)
+    assert core.dispatch(_fetch_frame(version, 2, [("orders", [0])], 77, 1), out) is False
+    _answer(core, version, 2)
+    return gw, core, calls, helpers, out, read_id
+
+
+@pytest.mark.parametrize("version", [12, 16])
+def test_the_usual_session_fetch_goes_on_a_remembered_allowance_without_its_enforcement(version, monkeypatch):
+    _, core, calls, helpers, out, _ = _fetch_session(version, monkeypatch)
+    before = (len(helpers), len(calls))
+    frames = [_fetch_frame(version, cid, topics, 77, cid) for cid, topics in
+              ((3, [("orders", [1])]), (4, []), (5, [("orders", [0, 1])]))]
+    for frame in frames:
+        assert core.dispatch(frame, out) is False
+        _answer(core, version, int.from_bytes(frame[8:12], "big"))
+    assert (len(helpers), len(calls)) == before  # neither enforced nor decided again
+    assert all(sent is frame for sent, frame in zip(out[2:], frames))  # forwarded as they came
+
+
+@pytest.mark.parametrize("version", [12, 16])
+def test_a_revoked_read_ends_the_session_at_its_very_next_fetch(version, monkeypatch):
+    """The session's allowance is remembered; a fetch naming nothing after the ACL went is
+    enforced, its session found denied: sent with epoch -1, the client starts over."""
+    gw, core, _, _, out, read_id = _fetch_session(version, monkeypatch)
+    gw.authorizer.apply_changes({}, [read_id])
+    frame = _fetch_frame(version, 3, [], 77, 2)
+    assert core.dispatch(frame, out) is False
+    assert out[-1] is not frame
+    forwarded = decode_request(1, version, out[-1][4:], parse_request_header(out[-1][4:]).size)
+    assert forwarded.session_epoch == -1
+
+
+@pytest.mark.parametrize("version", [12, 16])
+@pytest.mark.parametrize("shape", ["a partition the session lacks", "a topic forgotten", "another topic",
+                                   "two entries of its topic", "a follower's"])
+def test_a_session_fetch_of_another_shape_is_enforced(version, shape, monkeypatch):
+    _, core, calls, helpers, out, _ = _fetch_session(version, monkeypatch)
+    topics, forgotten, replica_id = {
+        "a partition the session lacks": ([("orders", [5])], (), -1),
+        "a topic forgotten": ([], [("orders", [1])], -1),
+        "another topic": ([("secret", [0])], (), -1),
+        "two entries of its topic": ([("orders", [0]), ("orders", [1])], (), -1),
+        "a follower's": ([("orders", [0])], (), 3),  # CLUSTER_ACTION, not the session's READ
+    }[shape]
+    before = len(helpers)
+    core.dispatch(_fetch_frame(version, 3, topics, 77, 2, forgotten, replica_id), out)
+    assert len(helpers) == before + 1, shape

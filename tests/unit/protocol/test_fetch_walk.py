@@ -140,3 +140,16 @@ def test_every_truncated_request_is_left_to_kio():
     for cut in range(at, len(frame)):
         assert walk_fetch_request(16, frame[:cut], at) is None
     assert walk_fetch_request(16, frame, at) is not None
+
+
+def test_the_topic_ids_kept_are_bounded(monkeypatch):
+    """The walk keeps the UUIDs of the ids it read (a client chooses them): at most _UUIDS_KEPT."""
+    monkeypatch.setattr(fetch_mod, "_UUIDS_KEPT", 8)
+    monkeypatch.setattr(fetch_mod, "_UUIDS", {})
+    rnd = random.Random(11)
+    for _ in range(40):
+        frame = _request(16, rnd)
+        at = parse_request_header(frame).size
+        assert walk_fetch_request(16, frame, at).fields() == _kio_shape(16, frame, at)
+        assert len(fetch_mod._UUIDS) <= 8
+    assert fetch_mod._UUIDS  # (some were kept: the bound was what held them)
