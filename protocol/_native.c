@@ -578,6 +578,103 @@ static PyObject *produce_response_tags(PyObject *module, PyObject *const *args, 
     return PyBool_FromLong(found);
 }
 
+/* Skips a flexible tagged-field section: 0 when it does not fit in the buffer, or a varint is
+ * not one Kafka reads as an int32. */
+static int skip_tags(Cursor *c)
+{
+    long count, tag, size;
+    if (c->off < c->n && c->p[c->off] == 0) {  /* none: the usual case */
+        c->off += 1;
+        return 1;
+    }
+    if (!uvarint32(c, &count))
+        return 0;
+    for (long i = 0; i < count; i++) {
+        if (!uvarint32(c, &tag) || !uvarint32(c, &size) || size > c->n - c->off)
+            return 0;
+        c->off += size;
+    }
+    return 1;
+}
+
+/* Where the top-level tagged fields of a Fetch response body of v13 or later (topics by id)
+ * start, the records passed over by length: the walk of protocol/apis/fetch.py's
+ * walk_fetch_response, its reference, for what it reads without complaint: -1 for anything
+ * else (a count or length not a compact int32, a field past the end). */
+static Py_ssize_t fetch_tags_at(Cursor *c)
+{
+    long topics, partitions, aborted, size;
+    if (c->n - c->off < 10)  /* throttle time, error code, session id */
+        return -1;
+    c->off += 10;
+    if (!uvarint32(c, &topics))
+        return -1;
+    for (long t = 1; t < topics; t++) {
+        if (c->n - c->off < 16)  /* the topic id */
+            return -1;
+        c->off += 16;
+        if (!uvarint32(c, &partitions))
+            return -1;
+        for (long p = 1; p < partitions; p++) {
+            /* index, error code, high watermark, last stable offset, log start offset */
+            if (c->n - c->off < 30)
+                return -1;
+            c->off += 30;
+            if (!uvarint32(c, &aborted))  /* 0: null, as 1: none */
+                return -1;
+            for (long a = 1; a < aborted; a++) {
+                if (c->n - c->off < 16)  /* producer id, first offset */
+                    return -1;
+                c->off += 16;
+                if (!skip_tags(c))
+                    return -1;
+            }
+            if (c->n - c->off < 4)  /* preferred read replica */
+                return -1;
+            c->off += 4;
+            if (!uvarint32(c, &size))  /* the records: 0 null, as 1 empty */
+                return -1;
+            if (size > 1) {
+                if (size - 1 > c->n - c->off)
+                    return -1;
+                c->off += size - 1;
+            }
+            if (!skip_tags(c))
+                return -1;
+        }
+        if (!skip_tags(c))
+            return -1;
+    }
+    Py_ssize_t at = c->off;
+    if (!skip_tags(c))
+        return -1;
+    return at;
+}
+
+static PyObject *fetch_response_tags(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "fetch_response_tags(frame, offset, version)");
+        return NULL;
+    }
+    Py_buffer view;
+    Py_ssize_t off;
+    long version;
+    int got = walk_args(args, 2, &view, &off, &version);
+    if (got <= 0)
+        return got < 0 ? NULL : Py_NewRef(Py_None);
+    if (version < 13) {  /* (names: the reference reads them as UTF-8) */
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    Cursor c = {(const unsigned char *)view.buf, view.len, off};
+    Py_ssize_t at = fetch_tags_at(&c);
+    PyBuffer_Release(&view);
+    if (at < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromSsize_t(at);
+}
+
 /* FrameCursor: the part of protocol/framing.py's FrameDecoder every frame goes through, in C: the
  * chunk last received, the position in it, the bytes of a split frame assembled so far and
  * the size limit, with next_frame() and receive_data() for the usual case: whole frames in
@@ -922,6 +1019,8 @@ static PyMethodDef methods[] = {
      "walk_produce(frame, offset, flexible, version) -> ProduceShape | None"},
     {"produce_response_tags", (PyCFunction)(void (*)(void))produce_response_tags, METH_FASTCALL,
      "produce_response_tags(frame, offset, version) -> bool | None"},
+    {"fetch_response_tags", (PyCFunction)(void (*)(void))fetch_response_tags, METH_FASTCALL,
+     "fetch_response_tags(frame, offset, version) -> offset of the top-level tags | None"},
     {"request_header", (PyCFunction)(void (*)(void))request_header, METH_FASTCALL,
      "request_header(body) -> RequestHeader | None"},
     {"bind_header", (PyCFunction)(void (*)(void))bind_header, METH_FASTCALL,

@@ -9,6 +9,8 @@ def walk_produce(frame: memoryview | bytes, offset: int, flexible: bool, version
 def uuids_kept() -> int: ...
 def produce_response_tags(frame: memoryview | bytes, offset: int, version: int) -> bool | None:
     """Whether a flexible Produce response ends with tagged fields; None: the usual shape it is not."""
+def fetch_response_tags(frame: memoryview | bytes, offset: int, version: int) -> int | None:
+    """Where a v13+ Fetch response's top-level tags start; None: the reference walks it."""
 def bind_framing(need_data: object) -> None: ...
 def frame_buffer(parts: list[bytes | memoryview], size: int) -> bytearray:
     """size bytes starting with the parts; the rest not written (framing receives into it)."""

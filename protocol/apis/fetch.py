@@ -857,10 +857,30 @@ def _rewrite_tags(tags: memoryview, nodes: NodeMap) -> bytes | None:
     return None if new == tags[:off] else new
 
 
+try:  # the walk to the top-level tags in C, built by pip where a compiler is found (setup.py)
+    from protocol import _native
+except ImportError:  # pragma: no cover - a build without a compiler: the reference alone
+    _native_tags_at = None
+else:
+    _native_tags_at = _native.fetch_response_tags
+
+
+def response_tags_at(version: int, frame: memoryview | bytes, offset: int) -> int:
+    """Where the top-level tagged fields of a v13+ response body start: found in C
+    (``protocol/_native.c``) where it was built and the response reads as it expects, else by
+    :func:`walk_fetch_response`, the reference, which names what is malformed.  Every v16+
+    response completed whole comes here."""
+    if _native_tags_at is not None:
+        at = _native_tags_at(frame, offset, version)
+        if at is not None:
+            return at
+    return walk_fetch_response(version, frame, offset).topics_end
+
+
 def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> bytes | None:
     if version < 16:
         return None
-    tags_at = walk_fetch_response(version, frame, offset).topics_end
+    tags_at = response_tags_at(version, frame, offset)
     tags = _rewrite_tags(frame[tags_at:], nodes)
     if tags is None:
         return None  # forward the upstream frame without a copy
