@@ -578,6 +578,152 @@ static PyObject *produce_response_tags(PyObject *module, PyObject *const *args, 
     return PyBool_FromLong(found);
 }
 
+/* A Fetch request's topic key: its id (v13+; Py_None for the all-zero id, as kio reads it) or
+ * its name.  1, NOT_USUAL or FAILED; *key a new reference when 1. */
+static int fetch_key(Cursor *c, int flexible, long version, PyObject **key)
+{
+    if (version >= 13) {
+        static const unsigned char zero[16];
+        if (c->n - c->off < 16)
+            return NOT_USUAL;
+        if (memcmp(c->p + c->off, zero, 16) == 0)
+            *key = Py_NewRef(Py_None);
+        else if ((*key = topic_uuid(c->p + c->off)) == NULL)
+            return FAILED;
+        c->off += 16;
+        return 1;
+    }
+    int got = string_at(c, flexible, 0, key);
+    return got < 0 ? FAILED : got;
+}
+
+/* One list of Fetch topic entries ((key, [partition, ...]) tuples) at the cursor: the request's
+ * topics (`step`: the bytes of a partition after its index, tagged fields following when
+ * flexible) or its forgotten topics (`step` -1: bare int32 partitions).  1, NOT_USUAL or FAILED;
+ * *out a new reference when 1. */
+static int fetch_entries(Cursor *c, int flexible, long version, Py_ssize_t step, PyObject **out)
+{
+    long n, count;
+    if (!length_of(c, flexible, 1, &n) || n < 0)
+        return NOT_USUAL;
+    PyObject *entries = PyList_New(0);
+    if (entries == NULL)
+        return FAILED;
+    for (long i = 0; i < n; i++) {
+        PyObject *key = NULL, *parts = NULL;
+        int got = fetch_key(c, flexible, version, &key);
+        if (got != 1) {
+            Py_DECREF(entries);
+            return got;
+        }
+        if (!length_of(c, flexible, 1, &count) || count < 0 || (parts = PyList_New(0)) == NULL) {
+            Py_DECREF(key);
+            Py_DECREF(entries);
+            return parts == NULL && PyErr_Occurred() ? FAILED : NOT_USUAL;
+        }
+        for (long j = 0; j < count; j++) {
+            Py_ssize_t need = 4 + (step < 0 ? 0 : step + (flexible ? 1 : 0));
+            if (c->n - c->off < need || (step >= 0 && flexible && c->p[c->off + 4 + step] != 0)) {
+                Py_DECREF(key);
+                Py_DECREF(parts);
+                Py_DECREF(entries);
+                return NOT_USUAL;  /* past the end, or a partition's tagged field set */
+            }
+            if (append_new(parts, PyLong_FromLong(be32(c->p + c->off))) < 0) {
+                Py_DECREF(key);
+                Py_DECREF(parts);
+                Py_DECREF(entries);
+                return FAILED;
+            }
+            c->off += need;
+        }
+        if (!empty_tags(c, flexible)) {
+            Py_DECREF(key);
+            Py_DECREF(parts);
+            Py_DECREF(entries);
+            return NOT_USUAL;
+        }
+        PyObject *entry = PyTuple_Pack(2, key, parts);
+        Py_DECREF(key);
+        Py_DECREF(parts);
+        if (append_new(entries, entry) < 0) {
+            Py_DECREF(entries);
+            return FAILED;
+        }
+    }
+    *out = entries;
+    return 1;
+}
+
+/* walk_fetch(frame, offset, version): what protocol/apis/fetch.py's walk_fetch_request_python
+ * reads of a consumer's usual Fetch request (v4-v18), as (replica id, max wait, session id,
+ * session epoch, topics, forgotten topics); None for anything else (a tagged field set, a
+ * null or negative count, a name or rack that is not UTF-8, a field past the end): the
+ * reference then reads it, or leaves it to kio. */
+static PyObject *walk_fetch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "walk_fetch(frame, offset, version)");
+        return NULL;
+    }
+    if (Uuid == NULL)  /* bound with the Produce walk (protocol/apis/produce.py) */
+        Py_RETURN_NONE;
+    Py_buffer view;
+    Py_ssize_t off;
+    long version;
+    int got = walk_args(args, 2, &view, &off, &version);
+    if (got <= 0)
+        return got < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *topics = NULL, *forgotten = NULL, *rack = NULL, *result = NULL;
+    int flexible = version >= 12;
+    Cursor c = {(const unsigned char *)view.buf, view.len, off};
+    long replica_id = -1, max_wait, session_id = 0, epoch = -1;
+    if (version < 4 || version > 18)
+        goto done;
+    Py_ssize_t fixed = (version < 15 ? 4 : 0) + 13 + (version >= 7 ? 8 : 0);
+    if (c.n - c.off < fixed)
+        goto done;
+    if (version < 15) {
+        replica_id = be32(c.p + c.off);
+        c.off += 4;
+    }
+    max_wait = be32(c.p + c.off);
+    c.off += 13;  /* max wait, min bytes, max bytes, isolation level */
+    if (version >= 7) {
+        session_id = be32(c.p + c.off);
+        epoch = be32(c.p + c.off + 4);
+        c.off += 8;
+    }
+    Py_ssize_t step = (version >= 9 ? 4 : 0) + 8 + (version >= 12 ? 4 : 0) + (version >= 5 ? 8 : 0) + 4;
+    if ((got = fetch_entries(&c, flexible, version, step, &topics)) != 1)
+        goto declined;
+    if (version >= 7) {
+        if ((got = fetch_entries(&c, flexible, version, -1, &forgotten)) != 1)
+            goto declined;
+    } else if ((forgotten = PyList_New(0)) == NULL) {
+        goto done;
+    }
+    if (version >= 11) {
+        if ((got = string_at(&c, flexible, 0, &rack)) != 1)
+            goto declined;
+    }
+    if (!empty_tags(&c, flexible))  /* cluster_id or a follower's replica_state set */
+        goto done;
+    result = Py_BuildValue("llllOO", replica_id, max_wait, session_id, epoch, topics, forgotten);
+    goto done;
+declined:
+    if (got == FAILED)
+        goto done;  /* (the error set stays: result is NULL) */
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(topics);
+    Py_XDECREF(forgotten);
+    Py_XDECREF(rack);
+    if (result == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return result;
+}
+
 /* Skips a flexible tagged-field section: 0 when it does not fit in the buffer, or a varint is
  * not one Kafka reads as an int32. */
 static int skip_tags(Cursor *c)
@@ -1019,6 +1165,8 @@ static PyMethodDef methods[] = {
      "walk_produce(frame, offset, flexible, version) -> ProduceShape | None"},
     {"produce_response_tags", (PyCFunction)(void (*)(void))produce_response_tags, METH_FASTCALL,
      "produce_response_tags(frame, offset, version) -> bool | None"},
+    {"walk_fetch", (PyCFunction)(void (*)(void))walk_fetch, METH_FASTCALL,
+     "walk_fetch(frame, offset, version) -> (replica id, max wait, session id, epoch, topics, forgotten) | None"},
     {"fetch_response_tags", (PyCFunction)(void (*)(void))fetch_response_tags, METH_FASTCALL,
      "fetch_response_tags(frame, offset, version) -> offset of the top-level tags | None"},
     {"request_header", (PyCFunction)(void (*)(void))request_header, METH_FASTCALL,

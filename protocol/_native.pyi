@@ -9,6 +9,8 @@ def walk_produce(frame: memoryview | bytes, offset: int, flexible: bool, version
 def uuids_kept() -> int: ...
 def produce_response_tags(frame: memoryview | bytes, offset: int, version: int) -> bool | None:
     """Whether a flexible Produce response ends with tagged fields; None: the usual shape it is not."""
+def walk_fetch(frame: memoryview | bytes, offset: int, version: int) -> tuple[int, int, int, int, list[Any], list[Any]] | None:
+    """What walk_fetch_request_python reads of a usual Fetch request; None: the reference reads it."""
 def fetch_response_tags(frame: memoryview | bytes, offset: int, version: int) -> int | None:
     """Where a v13+ Fetch response's top-level tags start; None: the reference walks it."""
 def bind_framing(need_data: object) -> None: ...

@@ -166,6 +166,16 @@ _II_AT = struct.Struct(">ii").unpack_from
 _ZERO_ID = bytes(16)
 
 
+try:  # the request walk and the walk to a response's top-level tags in C, built by pip where a
+    # compiler is found (setup.py); the Python walks are their references
+    from protocol import _native
+except ImportError:  # pragma: no cover - a build without a compiler: the references alone
+    _native_walk = _native_tags_at = None
+else:
+    _native_walk = _native.walk_fetch
+    _native_tags_at = _native.fetch_response_tags
+
+
 def _partition_size(version: int) -> int:
     """Bytes of a request partition after its index: current_leader_epoch (v9+), fetch_offset,
     last_fetched_epoch (v12+), log_start_offset (v5+), partition_max_bytes; its tagged fields
@@ -216,6 +226,17 @@ def _key(buf: memoryview, off: int, by_id: bool, flexible: bool) -> tuple[Any, i
 
 
 def walk_fetch_request(version: int, buf: memoryview, off: int) -> FetchRequestShape | None:
+    """The request's shape, read without kio when it has the usual shape: in C
+    (``protocol/_native.c``) where it was built, else by :func:`walk_fetch_request_python`, the
+    reference (which also reads what the C walk declines: long varints)."""
+    if _native_walk is not None:
+        walked = _native_walk(buf, off, version)
+        if walked is not None:
+            return FetchRequestShape(*walked)
+    return walk_fetch_request_python(version, buf, off)
+
+
+def walk_fetch_request_python(version: int, buf: memoryview, off: int) -> FetchRequestShape | None:
     """The request's shape, read without kio when it has the usual shape: every length and
     count present and not negative, no tagged field set anywhere (a consumer sets none), every
     string UTF-8.  None for anything else: kio decodes it then (:func:`_inspect`), and names
@@ -855,14 +876,6 @@ def _rewrite_tags(tags: memoryview, nodes: NodeMap) -> bytes | None:
             out.write(_encode_tag(tag, bytes(value)))
     new = out.getvalue()
     return None if new == tags[:off] else new
-
-
-try:  # the walk to the top-level tags in C, built by pip where a compiler is found (setup.py)
-    from protocol import _native
-except ImportError:  # pragma: no cover - a build without a compiler: the reference alone
-    _native_tags_at = None
-else:
-    _native_tags_at = _native.fetch_response_tags
 
 
 def response_tags_at(version: int, frame: memoryview | bytes, offset: int) -> int:
