@@ -558,19 +558,31 @@ static int response_tags_at(Cursor *c, long version)
     return count != 0;
 }
 
-static PyObject *produce_response_tags(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* The (frame, offset, version) of a walk as a cursor on the frame's bytes (release *view): 1;
+ * 0 when the walk declines (None); -1 with an error set. */
+static int response_cursor(PyObject *const *args, Py_ssize_t nargs, const char *usage, Py_buffer *view,
+                           Cursor *c, long *version)
 {
     if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "produce_response_tags(frame, offset, version)");
-        return NULL;
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
     }
-    Py_buffer view;
     Py_ssize_t off;
+    int got = walk_args(args, 2, view, &off, version);
+    if (got <= 0)
+        return got;
+    *c = (Cursor){(const unsigned char *)view->buf, view->len, off};
+    return 1;
+}
+
+static PyObject *produce_response_tags(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    Cursor c;
     long version;
-    int got = walk_args(args, 2, &view, &off, &version);
+    int got = response_cursor(args, nargs, "produce_response_tags(frame, offset, version)", &view, &c, &version);
     if (got <= 0)
         return got < 0 ? NULL : Py_NewRef(Py_None);
-    Cursor c = {(const unsigned char *)view.buf, view.len, off};
     int found = response_tags_at(&c, version);
     PyBuffer_Release(&view);
     if (found < 0)
@@ -662,21 +674,16 @@ static int fetch_entries(Cursor *c, int flexible, long version, Py_ssize_t step,
  * reference then reads it, or leaves it to kio. */
 static PyObject *walk_fetch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "walk_fetch(frame, offset, version)");
-        return NULL;
-    }
     if (Uuid == NULL)  /* bound with the Produce walk (protocol/apis/produce.py) */
         Py_RETURN_NONE;
     Py_buffer view;
-    Py_ssize_t off;
+    Cursor c;
     long version;
-    int got = walk_args(args, 2, &view, &off, &version);
+    int got = response_cursor(args, nargs, "walk_fetch(frame, offset, version)", &view, &c, &version);
     if (got <= 0)
         return got < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *topics = NULL, *forgotten = NULL, *rack = NULL, *result = NULL;
     int flexible = version >= 12;
-    Cursor c = {(const unsigned char *)view.buf, view.len, off};
     long replica_id = -1, max_wait, session_id = 0, epoch = -1;
     if (version < 4 || version > 18)
         goto done;
@@ -799,21 +806,16 @@ static Py_ssize_t fetch_tags_at(Cursor *c)
 
 static PyObject *fetch_response_tags(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "fetch_response_tags(frame, offset, version)");
-        return NULL;
-    }
     Py_buffer view;
-    Py_ssize_t off;
+    Cursor c;
     long version;
-    int got = walk_args(args, 2, &view, &off, &version);
+    int got = response_cursor(args, nargs, "fetch_response_tags(frame, offset, version)", &view, &c, &version);
     if (got <= 0)
         return got < 0 ? NULL : Py_NewRef(Py_None);
     if (version < 13) {  /* (names: the reference reads them as UTF-8) */
         PyBuffer_Release(&view);
         Py_RETURN_NONE;
     }
-    Cursor c = {(const unsigned char *)view.buf, view.len, off};
     Py_ssize_t at = fetch_tags_at(&c);
     PyBuffer_Release(&view);
     if (at < 0)

@@ -225,6 +225,39 @@ def _key(buf: memoryview, off: int, by_id: bool, flexible: bool) -> tuple[Any, i
     return name, off
 
 
+def _entries(buf: memoryview, off: int, flexible: bool, by_id: bool,
+             part_size: int | None) -> tuple[list[tuple[Any, list[int]]] | None, int]:
+    """The request's topic entries (``part_size``: a partition's bytes after its index, its
+    tagged fields following when flexible) or forgotten topics (None: bare int32 partitions),
+    each (key, partitions); None for what the walk leaves to kio (a negative or null count, a
+    tagged field set)."""
+    n, off = _count(buf, off, flexible)
+    if n < 0:
+        return None, off
+    entries = []
+    for _ in range(n):
+        key, off = _key(buf, off, by_id, flexible)
+        count, off = _count(buf, off, flexible)
+        if count < 0:
+            return None, off
+        partitions = []
+        for _ in range(count):
+            partitions.append(_I32_AT(buf, off)[0])
+            off += 4
+            if part_size is not None:
+                off += part_size
+                if flexible:
+                    if buf[off] != 0:
+                        return None, off  # replica_directory_id (a follower's) or an unknown tag
+                    off += 1
+        if flexible:
+            if buf[off] != 0:
+                return None, off
+            off += 1
+        entries.append((key, partitions))
+    return entries, off
+
+
 def walk_fetch_request(version: int, buf: memoryview, off: int) -> FetchRequestShape | None:
     """The request's shape, read without kio when it has the usual shape: in C
     (``protocol/_native.c``) where it was built, else by :func:`walk_fetch_request_python`, the
@@ -260,47 +293,12 @@ def walk_fetch_request_python(version: int, buf: memoryview, off: int) -> FetchR
             off += 8
         else:
             session_id, session_epoch = 0, -1
-        n, off = _count(buf, off, flexible)
-        if n < 0:
+        topics, off = _entries(buf, off, flexible, by_id, part_size)
+        forgotten: list[tuple[Any, list[int]]] | None = []
+        if version >= 7 and topics is not None:
+            forgotten, off = _entries(buf, off, flexible, by_id, None)
+        if topics is None or forgotten is None:
             return None
-        topics = []
-        for _ in range(n):
-            key, off = _key(buf, off, by_id, flexible)
-            count, off = _count(buf, off, flexible)
-            if count < 0:
-                return None
-            partitions = []
-            for _ in range(count):
-                partitions.append(_I32_AT(buf, off)[0])
-                off += 4 + part_size
-                if flexible:
-                    if buf[off] != 0:
-                        return None  # replica_directory_id (a follower's) or an unknown tag
-                    off += 1
-            if flexible:
-                if buf[off] != 0:
-                    return None
-                off += 1
-            topics.append((key, partitions))
-        forgotten = []
-        if version >= 7:
-            n, off = _count(buf, off, flexible)
-            if n < 0:
-                return None
-            for _ in range(n):
-                key, off = _key(buf, off, by_id, flexible)
-                count, off = _count(buf, off, flexible)
-                if count < 0:
-                    return None
-                partitions = []
-                for _ in range(count):
-                    partitions.append(_I32_AT(buf, off)[0])
-                    off += 4
-                if flexible:
-                    if buf[off] != 0:
-                        return None
-                    off += 1
-                forgotten.append((key, partitions))
         if version >= 11:
             rack, off = skip_string(buf, off, flexible)
             if rack is None:
