@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from protocol.services import LocalServices
 
 __all__ = ["ApiSpec", "Decision", "FORWARD", "RefuseRequest", "NodeMap", "RequestInfo", "RequestInspector", "ResponseRewriter",
-           "SESSIONS_PER_CONNECTION", "keep_session"]
+           "SESSIONS_PER_CONNECTION", "SESSION_PARTITIONS", "keep_session", "partition_count"]
 
 #: Fetch sessions (KIP-227) and share sessions (KIP-932) kgw keeps for one client connection, at
 #: most.  A client uses one per broker connection; one it opens beyond these drops the one kgw
@@ -62,6 +62,18 @@ __all__ = ["ApiSpec", "Decision", "FORWARD", "RefuseRequest", "NodeMap", "Reques
 #: cache evicts its own.  Without a bound, a client opening session after session on one
 #: connection would grow kgw's memory without end.
 SESSIONS_PER_CONNECTION = 16
+
+
+#: partitions kgw keeps for one fetch or share session, at most: a fetch session that would hold
+#: more is not kept (its fetch goes on with session epoch -1, a full fetch that creates none), a
+#: share session growing past them ends (122); so incremental fetches naming partition after
+#: partition cannot grow kgw's memory without end either.
+SESSION_PARTITIONS = 10_000
+
+
+def partition_count(session: dict[Any, Any]) -> int:
+    """The partitions a session holds ({topic: set of partitions})."""
+    return sum(len(parts) for parts in session.values())
 
 
 def keep_session(sessions: dict[Any, Any], key: Any, value: Any) -> None:

@@ -100,7 +100,8 @@ from kio.static.primitive import i64 as i64_
 
 from authz.acl import AclOperation, ResourceType
 from protocol.apis.addresses import rewrite_node_list
-from protocol.apis.base import FORWARD, ApiSpec, Decision, NodeMap, RefuseRequest, RequestInfo, keep_session
+from protocol.apis.base import (FORWARD, SESSION_PARTITIONS, ApiSpec, Decision, NodeMap, RefuseRequest, RequestInfo,
+                                keep_session, partition_count)
 from protocol.auth_helper import AuthHelper, literal_action
 from protocol.codecs import CodecError, decode_request, encode, make, nested, response_class
 from protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
@@ -583,9 +584,16 @@ def walk_fetch_response(version: int, buf: memoryview | bytes, offset: int) -> F
     return shape
 
 
-def top_level_tags_offset(frame: memoryview, offset: int) -> int:
-    """Offset of the top-level tagged-field section of a v13+ Fetch response body."""
-    end: int = walk_fetch_response(13, frame, offset).topics_end
+def top_level_tags_offset(frame: memoryview | bytes, offset: int, version: int = 13) -> int:
+    """Offset of the top-level tagged-field section of a v13+ Fetch response body: found in C
+    (``protocol/_native.c``) where it was built and the response reads as it expects, else by
+    :func:`walk_fetch_response`, the reference, which names what is malformed.  Every v16+
+    response completed whole comes here."""
+    if _native_tags_at is not None:
+        at: int | None = _native_tags_at(frame, offset, version)
+        if at is not None:
+            return at
+    end: int = walk_fetch_response(version, frame, offset).topics_end
     return end
 
 
@@ -659,15 +667,6 @@ def _merger(version: int, errors: list[tuple[_Topic, int]]) -> Any:
 
 _SESSIONS = "fetch_sessions"  # connection_state key: session id -> {topic name: set of partitions}
 
-#: partitions kgw keeps for one fetch session, at most: a session that would hold more is not
-#: kept (its fetch goes on with session epoch -1, a full fetch that creates no session), so that
-#: incremental fetches naming partition after partition cannot grow kgw's memory without end.
-#: The sessions of a connection are bounded too (protocol.apis.base.SESSIONS_PER_CONNECTION).
-SESSION_PARTITIONS = 10_000
-
-
-def _partition_count(session: dict[Any, set[int]]) -> int:
-    return sum(len(parts) for parts in session.values())
 
 
 def _session_after(cached: dict[str, set[int]], shape: FetchRequestShape, topics: list[_Topic], version: int,
@@ -726,7 +725,7 @@ def _sole_action(header: RequestHeader, info: RequestInfo, state: dict[Any, Any]
     TOPIC READ on that topic, counted by the session's partitions, and forwards the request as
     it is, the session unchanged: that action.  None for any other fetch."""
     shape: FetchRequestShape = info.decoded
-    if shape.replica_id >= 0 or shape.forgotten or shape.session_epoch in (0, -1) or header.api_version < 7:
+    if shape.replica_id >= 0 or shape.forgotten or shape.session_epoch in (0, -1):  # (v4-v6: -1)
         return None
     sessions = state.get(_SESSIONS)
     cached = sessions.get(shape.session_id) if sessions else None
@@ -799,10 +798,10 @@ def _enforce(auth: AuthHelper, header: RequestHeader, body: memoryview, info: Re
             if shape.session_epoch == 0:  # a new session: this full fetch lists all its partitions
                 sessions.pop(shape.session_id, None)
                 partitions = {t.name: set(t.partitions) for t in topics if t.partitions}
-                if _partition_count(partitions) <= SESSION_PARTITIONS:
+                if partition_count(partitions) <= SESSION_PARTITIONS:
                     return Decision(merge=_learn_session(sessions, version, partitions))
             elif (after is not None and len(allowed) == len(after)  # kept: every partition allowed
-                  and (after is cached or _partition_count(after) <= SESSION_PARTITIONS)):
+                  and (after is cached or partition_count(after) <= SESSION_PARTITIONS)):
                 sessions[shape.session_id] = after
                 return FORWARD
         return _sessionless(header, body, shape)  # a session kgw does not know, or a denied partition in it
@@ -876,22 +875,10 @@ def _rewrite_tags(tags: memoryview, nodes: NodeMap) -> bytes | None:
     return None if new == tags[:off] else new
 
 
-def response_tags_at(version: int, frame: memoryview | bytes, offset: int) -> int:
-    """Where the top-level tagged fields of a v13+ response body start: found in C
-    (``protocol/_native.c``) where it was built and the response reads as it expects, else by
-    :func:`walk_fetch_response`, the reference, which names what is malformed.  Every v16+
-    response completed whole comes here."""
-    if _native_tags_at is not None:
-        at = _native_tags_at(frame, offset, version)
-        if at is not None:
-            return at
-    return walk_fetch_response(version, frame, offset).topics_end
-
-
 def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> bytes | None:
     if version < 16:
         return None
-    tags_at = response_tags_at(version, frame, offset)
+    tags_at = top_level_tags_offset(frame, offset, version)
     tags = _rewrite_tags(frame[tags_at:], nodes)
     if tags is None:
         return None  # forward the upstream frame without a copy

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 from authz.acl import AclOperation
-from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo, keep_session
+from protocol.apis.base import FORWARD, SESSION_PARTITIONS, ApiSpec, Decision, RequestInfo, keep_session, partition_count
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
 from protocol.codecs import decode_response, encode, nested, response_class
@@ -43,8 +43,6 @@ def _enforce_share_heartbeat(auth: AuthHelper, header: RequestHeader, body: memo
 
 _SHARE_SESSIONS = "share_sessions"  # connection_state key: (group, member) -> _ShareSession
 SHARE_SESSION_NOT_FOUND = 122
-#: partitions kgw keeps for one share session, at most (as a fetch session's: protocol/apis/fetch.py)
-SESSION_PARTITIONS = 10_000
 
 
 class _ShareSession:
@@ -114,7 +112,7 @@ def _share_data_plane(key: int) -> Any:
         allowed = auth.filter(TOPIC, READ, counts)
         denied = {t.topic_id for t in topics if names[t.topic_id] is None or names[t.topic_id] not in allowed}
         if key == 78 and epoch == 0:
-            requested = _parts(topics)  # (no more than one request holds; bounded again as it grows)
+            requested = _parts(topics)  # (what one request holds; bounded as the session grows)
             keep_session(sessions, session_key, _ShareSession(
                 requested, {tid: parts for tid, parts in requested.items() if tid not in denied}))
         if not denied:
@@ -168,7 +166,7 @@ def _share_session(auth: AuthHelper, version: int, request: Any, sessions: dict[
             client[f.topic_id].difference_update(f.partitions)
             if not client[f.topic_id]:
                 del client[f.topic_id]
-    if sum(len(parts) for parts in client.values()) > SESSION_PARTITIONS:
+    if partition_count(client) > SESSION_PARTITIONS:
         # kgw would have to remember more than it keeps for one session: the session ends here
         # (the broker's is left to expire), and the client starts over
         sessions.pop(session_key, None)
