@@ -6,7 +6,12 @@ checks, and nothing happens unless ``KGW_WHATIF`` is set.
 * ``forward-only``: a Produce request on the data plane is parsed (header), routed and given its
   slot, nothing else: no inspection, no enforcement, no request counter;
 * ``allow-free``: ``AuthHelper.allowed`` answers True without deciding (no memo, no metrics);
-* ``no-authz-metrics``: the authorizer's metrics record nothing."""
+* ``no-authz-metrics``: the authorizer's metrics record nothing;
+* ``no-latency``: no response's latency is observed (kgw_upstream_latency_seconds);
+* ``no-rewrite``: a Produce response is not looked at for tags to rewrite;
+* ``memo-free``: the decision memo answers True without looking or counting;
+* ``inspect-once``: every Produce request is taken for the first one the gateway walked (its
+  topics, acks and timeout), so nothing is walked after it."""
 
 import os
 
@@ -18,7 +23,7 @@ if _WHATIF:
     import protocol.auth_helper
     from protocol.headers import parse_request_header
 
-    unknown = _WHATIF - {"forward-only", "allow-free", "no-authz-metrics"}
+    unknown = _WHATIF - {"forward-only", "allow-free", "no-authz-metrics", "no-latency", "no-rewrite", "memo-free", "inspect-once"}
     if unknown:
         raise SystemExit(f"KGW_WHATIF: unknown {sorted(unknown)}")
 
@@ -47,3 +52,28 @@ if _WHATIF:
 
     if "no-authz-metrics" in _WHATIF:
         authz.metrics.AuthorizerMetrics.record = lambda self, *args, **kwargs: None
+
+    if "no-latency" in _WHATIF:
+        import gateway.process.metrics
+        gateway.process.metrics._HistogramChild.observe = lambda self, amount: None
+
+    if "no-rewrite" in _WHATIF:
+        import protocol.apis.produce
+        (_spec,) = protocol.apis.produce.SPECS
+        object.__setattr__(_spec, "rewrite_response", None)
+
+    if "memo-free" in _WHATIF:
+        import authz.standard_authorizer
+        authz.standard_authorizer.StandardDecisionMemo.allows = lambda self, action, later=None: True
+
+    if "inspect-once" in _WHATIF:
+        import protocol.apis.produce
+        (_spec,) = protocol.apis.produce.SPECS
+        _real, _first = _spec.inspect, []
+
+        def _inspect_once(header, body):
+            if not _first:
+                _first.append(_real(header, body))
+            return _first[0]
+
+        object.__setattr__(_spec, "inspect", _inspect_once)

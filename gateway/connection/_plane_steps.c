@@ -4,9 +4,14 @@
  * were built; the handlers' references are the DataPlane's methods of the same names
  * (gateway/connection/data_plane.py).  The suite runs both on the same cases
  * (tests/unit/gateway/test_plane_steps.py, and the data plane's tests with either set).  What a
- * request means (dispatch, authorization, pairing a response with its request) stays Python: the
- * handlers call ConnectionCore.dispatch and complete_responses; the rarer events (EPOLLOUT,
- * splicing, commands, ticks) stay the DataPlane's Python methods.
+ * request means (dispatch, authorization) stays Python: the handlers call ConnectionCore.dispatch;
+ * the rarer events (EPOLLOUT, splicing, commands, ticks) stay the DataPlane's Python methods.
+ *
+ * complete_responses(conn, decoder) pairs the upstream's responses with the requests in flight, as
+ * ConnectionCore.complete_responses_python, its reference, does (tests/unit/gateway/test_pairing.py
+ * holds the two to the same outcomes): a response needing nothing but its bytes (no merge, no
+ * quota; its API's rewrite_response asked, in Python, when it has one) completed here, any other
+ * by conn._complete; the core calls it for both drivers, read_upstream directly.
  *
  * serve(plane, timeout_ms) polls plane._epfd (the GIL released while it waits) and serves the
  * events, turn after turn, as serve_python does: a lane's client or upstream event to
@@ -837,7 +842,7 @@ static PyObject *NEED_DATA, *FRAME_ERROR, *NEED_THROTTLE, *CLOSE_ERROR, *WRITE_F
 static Py_ssize_t QUANTUM, RECV, RECV_FRAME, RECV_INTO_MIN, HEAD;
 static PyObject *S_cdec, *S_udec, *S_n_in, *S_n_out, *S_post, *S_to_come, *S_in_frame, *S_buffered, *S_next_frame,
     *S_dispatch, *S_append, *S_data, *S_last_read, *S_in_flight, *S_spec, *S_stream_response, *S_defer_from,
-    *S_complete_responses, *S_heavy, *S_end, *S_open_splicing, *S_eof, *S_await, *MSG_HEAVY, *S_upstream,
+    *S_heavy, *S_end, *S_open_splicing, *S_eof, *S_await, *MSG_HEAVY, *S_upstream,
     *S_upstream_closed, *S_frame;
 
 /* obj.name = value (a lane's slot written in place, as the interpreter's member descriptor would) */
@@ -1246,6 +1251,322 @@ out:
     return done;
 }
 
+/* ---------------------------------------------------------------- pairing
+ * ConnectionCore.complete_responses (complete_responses_python, its reference): every whole
+ * upstream response paired with the oldest request in flight.  A response that needs nothing but
+ * its bytes checked and passed on (no merge, no quota, a response header without tagged fields;
+ * the API's rewrite_response, if any, asked and answering None, or a new body) is completed here;
+ * any other by conn._complete, the reference for every case. */
+
+static PyObject *PAIR_NEED_DATA, *PAIR_FRAME_ERROR, *PAIR_CLOSE, *PAIR_CODEC_ERROR;
+static PyObject *S__complete, *S_large, *S_merge, *S_quota, *S_header, *S_correlation_id, *S_rewrite_response,
+    *S_api_key, *S_api_version, *S_flexible, *S_latency, *S_listener_name, *S_name, *S_observe, *S_sent_at,
+    *S_listener, *S_node_map, *S__offload_response, *S__cluster, *S_timing_out_since, *S_answered,
+    *S__check_correlation, *S_nobody_asked, *S_bad_frame;
+
+/* raise PAIR_CLOSE(reason, "upstream"): always -1 */
+static int pair_close(PyObject *reason)
+{
+    return raise_made(PyObject_CallFunctionObjArgs(PAIR_CLOSE, reason, S_upstream, NULL));
+}
+
+/* slot's response `frame` (view: its buffer, at least 9 bytes; no tagged field in a flexible
+ * response header), neither merged nor under a quota: _complete's plain case */
+static int complete_plain(PyObject *conn, PyObject *slot, PyObject *spec, PyObject *frame, const Py_buffer *view)
+{
+    PyObject *header = PyObject_GetAttr(slot, S_header);
+    if (header == NULL)
+        return -1;
+    int done = -1;
+    PyObject *data = NULL, *rewrite = NULL;
+    const unsigned char *b = view->buf;
+    int ok = 1;
+    long expected = attr_long(header, S_correlation_id, &ok);
+    if (!ok)
+        goto out;
+    int32_t got = (int32_t)((uint32_t)b[4] << 24 | (uint32_t)b[5] << 16 | (uint32_t)b[6] << 8 | b[7]);
+    if (got != expected) {  /* the reference raises the close, naming both */
+        PyObject *r = call_method(conn, S__check_correlation, slot, frame);
+        if (r == NULL)
+            goto out;
+        Py_DECREF(r);
+    }
+    /* observed before the response can reach the client, as the reference */
+    PyObject *sent = PyObject_GetAttr(slot, S_sent_at);
+    double sent_at = sent == NULL ? -1.0 : PyFloat_AsDouble(sent);
+    Py_XDECREF(sent);
+    if (sent == NULL || (sent_at == -1.0 && PyErr_Occurred()))
+        goto out;
+    PyObject *metrics = PyObject_GetAttr(conn, S_metrics);
+    PyObject *listener = metrics == NULL ? NULL : PyObject_GetAttr(conn, S_listener_name);
+    PyObject *name = listener == NULL ? NULL : PyObject_GetAttr(spec, S_name);
+    PyObject *child = name == NULL ? NULL : call_method(metrics, S_latency, listener, name);
+    Py_XDECREF(metrics);
+    Py_XDECREF(listener);
+    Py_XDECREF(name);
+    if (child == NULL)
+        goto out;
+    PyObject *elapsed = PyFloat_FromDouble(monotonic_now() - sent_at);
+    PyObject *r = elapsed == NULL ? NULL : call_method(child, S_observe, elapsed, NULL);
+    Py_DECREF(child);
+    Py_XDECREF(elapsed);
+    if (r == NULL)
+        goto out;
+    Py_DECREF(r);
+    rewrite = PyObject_GetAttr(spec, S_rewrite_response);
+    if (rewrite == NULL)
+        goto out;
+    PyObject *body = Py_NewRef(Py_None);
+    Py_ssize_t off = 8;
+    if (rewrite != Py_None) {
+        Py_DECREF(body);
+        int flexible = attr_true(header, S_flexible);
+        PyObject *version = flexible < 0 ? NULL : PyObject_GetAttr(header, S_api_version);
+        PyObject *listener_obj = version == NULL ? NULL : PyObject_GetAttr(conn, S_listener);
+        PyObject *nodes = listener_obj == NULL ? NULL : PyObject_GetAttr(listener_obj, S_node_map);
+        Py_XDECREF(listener_obj);
+        PyObject *at = NULL;
+        if (nodes != NULL) {
+            off = flexible ? 9 : 8;
+            at = PyLong_FromSsize_t(off);
+        }
+        body = NULL;
+        if (at != NULL) {
+            PyObject *args[4] = {version, frame, at, nodes};
+            body = PyObject_Vectorcall(rewrite, args, 4, NULL);
+        }
+        Py_XDECREF(version);
+        Py_XDECREF(nodes);
+        Py_XDECREF(at);
+        if (body == NULL) {
+            if (PyErr_ExceptionMatches(PAIR_CODEC_ERROR)) {
+                PyObject *error = take_error();
+                PyObject *spec_name = PyObject_GetAttr(spec, S_name);
+                PyObject *reason = spec_name == NULL || error == NULL ? NULL
+                    : PyUnicode_FromFormat("cannot rewrite upstream %S response: %S", spec_name, error);
+                Py_XDECREF(error);
+                Py_XDECREF(spec_name);
+                if (reason != NULL) {
+                    pair_close(reason);
+                    Py_DECREF(reason);
+                }
+            }
+            goto out;
+        }
+    }
+    if (body == Py_None) {
+        Py_DECREF(body);
+        data = Py_NewRef(frame);
+    } else {  /* 4-byte size, the response header as it came, the new body */
+        Py_buffer nb;
+        int got_body = PyObject_GetBuffer(body, &nb, PyBUF_SIMPLE);
+        Py_DECREF(body);
+        if (got_body < 0)
+            goto out;
+        Py_ssize_t size = (off - 4) + nb.len;
+        if (size > INT32_MAX) {
+            PyBuffer_Release(&nb);
+            PyErr_SetString(PyExc_OverflowError, "a rewritten response over 2 GiB");
+            goto out;
+        }
+        data = PyBytes_FromStringAndSize(NULL, 4 + size);
+        if (data != NULL) {
+            unsigned char *d = (unsigned char *)PyBytes_AS_STRING(data);
+            d[0] = (unsigned char)(size >> 24);
+            d[1] = (unsigned char)(size >> 16);
+            d[2] = (unsigned char)(size >> 8);
+            d[3] = (unsigned char)size;
+            memcpy(d + 4, b + 4, (size_t)(off - 4));
+            memcpy(d + off, nb.buf, (size_t)nb.len);
+        }
+        PyBuffer_Release(&nb);
+        if (data == NULL)
+            goto out;
+    }
+    Py_ssize_t n = PyObject_Length(data);
+    if (n < 0 || PyObject_SetAttr(slot, S_data, data) < 0 || add_to(conn, S_unsent, n) < 0)
+        goto out;
+    done = 0;
+out:
+    Py_DECREF(header);
+    Py_XDECREF(rewrite);
+    Py_XDECREF(data);
+    return done;
+}
+
+/* Whether a response of `size` bytes to `slot` is completed on a worker thread (the reference's
+ * conn.heavy): 1, 0, or -1 with an exception set */
+static int goes_to_worker(PyObject *conn, PyObject *slot, PyObject *spec, PyObject *merge, Py_ssize_t size)
+{
+    int large = attr_true(slot, S_large);
+    if (large)
+        return large;
+    Py_ssize_t offload = attr_size(conn, S__offload_response);
+    if (offload == -1 && PyErr_Occurred())
+        return -1;
+    if (size <= offload)
+        return 0;
+    if (merge != Py_None)
+        return 1;
+    PyObject *rewrite = PyObject_GetAttr(spec, S_rewrite_response);
+    if (rewrite == NULL)
+        return -1;
+    int rewrites = rewrite != Py_None;
+    Py_DECREF(rewrite);
+    if (!rewrites)
+        return 0;
+    int ok = 1;
+    long key = attr_long(spec, S_api_key, &ok);
+    if (!ok)
+        return -1;
+    return key != 0 && key != 1;
+}
+
+/* One paired response: 0, or -1 with an exception set */
+static int complete_one(PyObject *conn, PyObject *slot, PyObject *spec, PyObject *merge, PyObject *frame,
+                        const Py_buffer *view)
+{
+    const unsigned char *b = view->buf;
+    int plain = merge == Py_None && view->len >= 9;
+    if (plain) {
+        PyObject *quota = PyObject_GetAttr(slot, S_quota);
+        if (quota == NULL)
+            return -1;
+        plain = quota == Py_None;
+        Py_DECREF(quota);
+    }
+    if (plain && b[8] != 0) {  /* a flexible response header with tagged fields: the reference's */
+        PyObject *header = PyObject_GetAttr(slot, S_header);
+        int flexible = header == NULL ? -1 : attr_true(header, S_flexible);
+        Py_XDECREF(header);
+        if (flexible < 0)
+            return -1;
+        plain = !flexible;
+    }
+    if (plain)
+        return complete_plain(conn, slot, spec, frame, view);
+    PyObject *r = call_method(conn, S__complete, slot, frame);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int complete_impl(PyObject *conn, PyObject *dec)
+{
+    if (PAIR_NEED_DATA == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "complete_responses: the pairing is not configured");
+        return -1;
+    }
+    PyObject *in_flight = PyObject_GetAttr(conn, S_in_flight);
+    if (in_flight == NULL)
+        return -1;
+    int completed = 0, failed = 1;
+    for (;;) {
+        PyObject *frame = PyObject_CallMethodNoArgs(dec, S_next_frame);
+        if (frame == NULL) {
+            if (PyErr_ExceptionMatches(PAIR_FRAME_ERROR)) {
+                PyObject *error = take_error();
+                PyObject *reason = error == NULL ? NULL : PyUnicode_FromFormat("%U%S", S_bad_frame, error);
+                Py_XDECREF(error);
+                if (reason != NULL) {
+                    pair_close(reason);
+                    Py_DECREF(reason);
+                }
+            }
+            goto out;
+        }
+        if (frame == PAIR_NEED_DATA) {
+            Py_DECREF(frame);
+            break;
+        }
+        Py_ssize_t waiting = PyObject_Length(in_flight);
+        if (waiting <= 0) {
+            Py_DECREF(frame);
+            if (waiting == 0)
+                pair_close(S_nobody_asked);
+            goto out;
+        }
+        PyObject *slot = PyObject_CallMethodNoArgs(in_flight, S_popleft);
+        PyObject *spec = slot == NULL ? NULL : PyObject_GetAttr(slot, S_spec);
+        PyObject *merge = spec == NULL ? NULL : PyObject_GetAttr(slot, S_merge);
+        Py_buffer view;
+        int viewed = merge == NULL ? -1 : PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE);
+        int heavy = viewed < 0 ? -1 : goes_to_worker(conn, slot, spec, merge, view.len);
+        int step = heavy;
+        if (heavy == 1) {  /* the caller completes it on a worker thread, then goes on */
+            PyObject *pair = PyTuple_Pack(2, slot, frame);
+            step = pair == NULL ? -1 : PyObject_SetAttr(conn, S_heavy, pair);
+            Py_XDECREF(pair);
+        } else if (heavy == 0) {
+            step = complete_one(conn, slot, spec, merge, frame, &view);
+        }
+        if (viewed == 0)
+            PyBuffer_Release(&view);
+        Py_DECREF(frame);
+        Py_XDECREF(slot);
+        Py_XDECREF(spec);
+        Py_XDECREF(merge);
+        if (step < 0)
+            goto out;
+        if (heavy) {
+            failed = 0;
+            goto out;
+        }
+        completed = 1;
+        Py_ssize_t buffered = attr_size(dec, S_buffered);
+        if (buffered < 0)
+            goto out;
+        if (!buffered)  /* nothing more was read: no frame to look for */
+            break;
+    }
+    if (completed) {
+        PyObject *cluster = PyObject_GetAttr(conn, S__cluster);
+        PyObject *since = cluster == NULL ? NULL : PyObject_GetAttr(cluster, S_timing_out_since);
+        int answered = since == NULL ? -1 : (since == Py_None ? 0 : call_for_effect(cluster, S_answered, NULL));
+        Py_XDECREF(cluster);
+        Py_XDECREF(since);
+        if (answered < 0)
+            goto out;
+    }
+    failed = 0;
+out:
+    Py_DECREF(in_flight);
+    return failed ? -1 : completed;
+}
+
+static PyObject *complete_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "complete_responses(conn, decoder) takes 2 arguments");
+        return NULL;
+    }
+    int completed = complete_impl(args[0], args[1]);
+    if (completed < 0)
+        return NULL;
+    return Py_NewRef(completed ? Py_True : Py_False);
+}
+
+static PyObject *configure_pairing(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure_pairing(need_data, frame_error, close_error, codec_error) takes 4 arguments");
+        return NULL;
+    }
+    for (int i = 1; i < 4; i++) {
+        if (!PyType_Check(args[i])) {
+            PyErr_SetString(PyExc_TypeError, "configure_pairing: frame_error, close_error and codec_error are classes");
+            return NULL;
+        }
+    }
+    Py_XSETREF(PAIR_NEED_DATA, Py_NewRef(args[0]));
+    Py_XSETREF(PAIR_FRAME_ERROR, Py_NewRef(args[1]));
+    Py_XSETREF(PAIR_CLOSE, Py_NewRef(args[2]));
+    Py_XSETREF(PAIR_CODEC_ERROR, Py_NewRef(args[3]));
+    Py_RETURN_NONE;
+}
+
 /* Whether the upstream's next read is only a head (HEAD bytes): a response that may be spliced
  * begins (the decoder defers large frames, the oldest request's API has a walker, nothing is
  * buffered); 1, 0, or -1 with an exception set */
@@ -1301,11 +1622,7 @@ static int read_upstream_impl(PyObject *plane, PyObject *lane)
         done = 0;
         goto out;
     }
-    PyObject *r = call_method(conn, S_complete_responses, dec, NULL);
-    if (r == NULL)
-        goto out;
-    int completed = PyObject_IsTrue(r);
-    Py_DECREF(r);
+    int completed = complete_impl(conn, dec);  /* (conn.complete_responses) */
     if (completed < 0)
         goto out;
     PyObject *heavy = PyObject_GetAttr(conn, S_heavy);
@@ -1438,6 +1755,10 @@ static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
      "configure(need_data, frame_error, need_throttle, close_error, write_failed, quantum, recv, recv_frame, "
      "recv_into_min, head): what the handlers take from the data plane"},
+    {"complete_responses", (PyCFunction)(void (*)(void))complete_responses, METH_FASTCALL,
+     "complete_responses(conn, decoder) -> bool: ConnectionCore.complete_responses"},
+    {"configure_pairing", (PyCFunction)(void (*)(void))configure_pairing, METH_FASTCALL,
+     "configure_pairing(need_data, frame_error, close_error, codec_error): what the pairing raises and returns"},
     {"write_queue", (PyCFunction)(void (*)(void))write_queue, METH_FASTCALL,
      "write_queue(fd, out) -> bytes written: out's chunks until it is empty or fd would block"},
     {NULL, NULL, 0, NULL},
@@ -1481,10 +1802,22 @@ PyMODINIT_FUNC PyInit__plane_steps(void)
         || intern(&S_append, "append") || intern(&S_data, "data") || intern(&S_last_read, "last_read")
         || intern(&S_in_flight, "in_flight") || intern(&S_spec, "spec")
         || intern(&S_stream_response, "stream_response") || intern(&S_defer_from, "defer_from")
-        || intern(&S_complete_responses, "complete_responses") || intern(&S_heavy, "heavy")
+        || intern(&S_heavy, "heavy")
         || intern(&S_end, "_end") || intern(&S_open_splicing, "_open_splicing") || intern(&S_eof, "eof")
         || intern(&S_await, "await") || intern(&S_upstream, "upstream") || intern(&S_frame, "frame")
         || intern(&S_upstream_closed, "upstream closed the connection"))
+        return NULL;
+    if (intern(&S__complete, "_complete") || intern(&S_large, "large") || intern(&S_merge, "merge")
+        || intern(&S_quota, "quota") || intern(&S_header, "header") || intern(&S_correlation_id, "correlation_id")
+        || intern(&S_rewrite_response, "rewrite_response") || intern(&S_api_key, "api_key")
+        || intern(&S_api_version, "api_version") || intern(&S_flexible, "flexible") || intern(&S_latency, "latency")
+        || intern(&S_listener_name, "listener_name") || intern(&S_name, "name") || intern(&S_observe, "observe")
+        || intern(&S_sent_at, "sent_at") || intern(&S_listener, "listener") || intern(&S_node_map, "node_map")
+        || intern(&S__offload_response, "_offload_response") || intern(&S__cluster, "_cluster")
+        || intern(&S_timing_out_since, "timing_out_since") || intern(&S_answered, "answered")
+        || intern(&S__check_correlation, "_check_correlation")
+        || intern(&S_nobody_asked, "upstream sent a response nobody asked for")
+        || intern(&S_bad_frame, "bad frame from upstream: "))
         return NULL;
     MSG_HEAVY = Py_BuildValue("(s)", "heavy");
     if (MSG_HEAVY == NULL)

@@ -686,7 +686,17 @@ class ConnectionCore:
 
     def complete_responses(self, decoder: FrameDecoder) -> bool:
         """Pair every whole upstream response in ``decoder`` with the oldest request in flight
-        (a broker answers in order); True if any completed.  Trio path and data plane alike."""
+        (a broker answers in order); True if any completed.  Trio path and data plane alike: in C
+        where it was built (``_plane_steps.complete_responses``, which the data plane calls
+        directly), :meth:`complete_responses_python` otherwise, its reference."""
+        if _pairing is not None:
+            return _pairing(self, decoder)
+        return self.complete_responses_python(decoder)
+
+    def complete_responses_python(self, decoder: FrameDecoder) -> bool:
+        """:meth:`complete_responses` in Python: the reference of the C pairing, which completes
+        a response needing nothing but its bytes itself (the plain case of :meth:`_complete`) and
+        hands any other to :meth:`_complete`."""
         in_flight = self.in_flight
         completed = False
         while True:
@@ -794,3 +804,14 @@ class ConnectionCore:
             except CodecError:  # a response kio cannot re-encode goes as it is: the mute below still holds
                 pass
             self.throttled_until = max(self.throttled_until, time.monotonic() + throttle_ms / 1000.0)
+
+
+#: the pairing in C (gateway/connection/_plane_steps.c), or None where it was not built
+_pairing: Any
+try:
+    from gateway.connection import _plane_steps
+except ImportError:  # pragma: no cover - a build without a compiler: the reference alone
+    _pairing = None
+else:
+    _plane_steps.configure_pairing(NEED_DATA, FrameError, CloseConnection, CodecError)
+    _pairing = _plane_steps.complete_responses

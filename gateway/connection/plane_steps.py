@@ -9,8 +9,9 @@ and the data plane's own tests on either pair).  The C module also holds the han
 request goes through (:data:`handlers`: reading a client and dispatching its frames, reading the
 upstream and flushing answers in order), which stand for the
 :class:`~gateway.connection.data_plane.DataPlane`'s methods of those names, their references.
-What a request means (dispatch, authorization, pairing a response with its request) is Python
-either way.
+What a request means (dispatch, authorization) is Python either way; pairing a response with its
+request is C too (``complete_responses``, called by ``ConnectionCore.complete_responses``; its
+reference is ``ConnectionCore.complete_responses_python``).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from kio.schema.produce.v8 import request as produce8
 from kio.static.primitive import i16, i32
 
 from configs.yaml_reader import parse_config
+from gateway.connection import core as core_module
 from gateway.connection import data_plane as data_plane_module
 from gateway.connection import plane_steps
 from gateway.process.server import Gateway
@@ -106,11 +107,13 @@ def data_plane(request, monkeypatch) -> bool:
 
 
 def use_python_steps(monkeypatch) -> None:
-    """Make the data plane poll, set masks, read, write and handle its events with the Python
-    references (the DataPlane's own methods stand for the C handlers then)."""
+    """Make the data plane poll, set masks, read, write, handle its events and pair responses with
+    the Python references (the DataPlane's own methods stand for the C handlers then, and
+    ConnectionCore.complete_responses_python for the C pairing)."""
     for name in ("serve", "set_masks", "receive", "write_queue"):
         monkeypatch.setattr(data_plane_module, name, getattr(plane_steps, f"{name}_python"))
     monkeypatch.setattr(data_plane_module, "handlers", None)
+    monkeypatch.setattr(core_module, "_pairing", None)
 
 
 @pytest.fixture

@@ -1,0 +1,187 @@
+"""The pairing of upstream responses with requests in flight in C
+(``gateway/connection/_plane_steps.c``, ``complete_responses``) against its Python reference,
+``ConnectionCore.complete_responses_python``: the same responses to the same requests leave the
+same answers, the same counts, the same close.
+
+Every case is built twice from one seed, once for each side, on production connection cores:
+a few requests in flight (APIs with and without a response rewrite, merged or not, under a quota
+or not, large or not) and a few frames from the upstream (the right correlation id or not, shorter
+than a response header, a flexible response header with tagged fields, larger than the offload
+threshold, more frames than requests)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import struct
+from types import SimpleNamespace
+
+import pytest
+
+from gateway.connection import _plane_steps, core as core_module
+from gateway.connection.core import CloseConnection, Slot
+from protocol.apis.registry import REGISTRY
+from protocol.codecs import CodecError
+from protocol.framing import FrameDecoder
+from protocol.headers import RequestHeader
+from tests.unit.gateway.test_connection_core import _core, _gateway
+
+pairing = _plane_steps.complete_responses
+
+
+def _rewrite_to(body: bytes):
+    return lambda _version, _frame, _off, _nodes: body
+
+
+def _rewrite_refusing(_version, _frame, _off, _nodes):
+    raise CodecError("a body that does not decode")
+
+
+def _rewrite_failing(_version, _frame, _off, _nodes):
+    raise ValueError("not a codec error")
+
+
+def _specs() -> list:
+    produce = REGISTRY[0]
+    plain = dataclasses.replace(produce, api_key=10, name="FindCoordinator", rewrite_response=None)
+    return [
+        produce,  # Produce: its rewrite looks for tags (v10+) and answers None on the usual response
+        plain,  # no rewrite at all
+        dataclasses.replace(produce, api_key=11, name="JoinGroup", rewrite_response=_rewrite_to(b"\x01\x02new")),
+        dataclasses.replace(produce, api_key=12, name="Heartbeat", rewrite_response=_rewrite_refusing),
+        dataclasses.replace(produce, api_key=13, name="LeaveGroup", rewrite_response=_rewrite_failing),
+    ]
+
+
+class _Quota:
+    """A connection's quotas (what _throttle asks of them): over one by ``ms`` on each response."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def on_response(self, _api_key, _size, _busy):
+        return self.ms
+
+
+def _case(seed: int, gw) -> tuple:
+    """One case, the same for the same seed: (core, decoder, slots), nothing run yet."""
+    rng = random.Random(seed)
+    core = _core(gw)
+    core._offload_response = rng.choice([1 << 20, 24])
+    core._cluster = SimpleNamespace(timing_out_since=rng.choice([None, 12.5]), answers=0)
+    core._cluster.answered = lambda: setattr(core._cluster, "timing_out_since", None)
+    specs = _specs()
+    slots = []
+    for i in range(rng.randint(0, 3)):
+        spec = rng.choice(specs)
+        version = rng.choice([8, 9, 10, 11])
+        header = RequestHeader(spec.api_key, version, 100 + i, "c", 10, version >= 9)
+        slot = Slot(header, spec, None, 1.0, 2.0)
+        roll = rng.random()
+        if roll < 0.15:
+            slot.merge = lambda frame, off: None
+        elif roll < 0.25:
+            slot.merge = lambda frame, off: b"merged"
+        if rng.random() < 0.15:
+            slot.quota = _Quota(rng.choice([0, 5]))
+            slot.busy, slot.throttle = 0.0, 0
+        slot.large = rng.random() < 0.1
+        slots.append(slot)
+        core.in_flight.append(slot)
+        core.pending.append(slot)
+    data = b""
+    for i in range(rng.randint(0, 4)):
+        correlation = 100 + i if rng.random() < 0.9 else 7
+        shape = rng.random()
+        if shape < 0.1:
+            body = b""  # the correlation id alone
+        elif shape < 0.2:
+            body = b"\x02\x05\x01x" + bytes(rng.randrange(256) for _ in range(rng.randint(0, 30)))  # header tags
+        else:
+            body = b"\x00" + bytes(rng.randrange(256) for _ in range(rng.randint(0, 40)))
+        frame = struct.pack(">i", correlation) + body
+        data += struct.pack(">i", len(frame)) + frame
+    if rng.random() < 0.1:
+        data += b"\x00\x00"  # the start of the next frame
+    decoder = FrameDecoder(1 << 20, trusted=True)
+    decoder.receive_data(data)
+    return core, decoder, slots
+
+
+def _outcome(run, core, decoder, slots, gw) -> dict:
+    before = _latency_counts(gw)
+    try:
+        result = ("returned", run(core, decoder))
+    except CloseConnection as e:
+        result = ("closed", str(e), e.metric)
+    except Exception as e:  # noqa: BLE001 - what escapes must be the same on both sides
+        result = ("raised", type(e).__name__, str(e))
+    heavy = core.heavy
+    return {
+        "result": result,
+        "data": [None if s.data is None else bytes(s.data) for s in slots],
+        "unsent": core.unsent,
+        "heavy": None if heavy is None else (slots.index(heavy[0]), bytes(heavy[1])),
+        "in flight": len(core.in_flight),
+        "buffered": decoder.buffered,
+        "answered": core._cluster.timing_out_since,
+        "throttled": core.throttled_until > 0,
+        "observed": {k: v - before.get(k, 0) for k, v in _latency_counts(gw).items() if v != before.get(k, 0)},
+    }
+
+
+def _latency_counts(gw) -> dict:
+    """Responses observed in kgw_upstream_latency_seconds, by API (a row: the buckets' counts, the sum)."""
+    return {key[1]: sum(row[:-1]) for key, row in gw.metrics.upstream_latency.totals().items()}
+
+
+@pytest.mark.parametrize("block", range(8))
+def test_the_pairing_in_c_leaves_what_its_python_reference_leaves(block):
+    gw = _gateway()
+    for seed in range(block * 250, (block + 1) * 250):
+        python = _outcome(core_module.ConnectionCore.complete_responses_python, *_case(seed, gw), gw)
+        native = _outcome(pairing, *_case(seed, gw), gw)
+        assert native == python, f"seed {seed}"
+
+
+def test_the_cases_reach_every_way_a_response_goes():
+    """The differential cases above are worth what they cover: each outcome occurs."""
+    gw = _gateway()
+    seen = set()
+    for seed in range(2000):
+        core, decoder, slots = _case(seed, gw)
+        timing_out = core._cluster.timing_out_since is not None
+        out = _outcome(core_module.ConnectionCore.complete_responses_python, core, decoder, slots, gw)
+        result = out["result"]
+        seen.add(result[0] if result[0] != "closed" else f"closed: {result[1].split(':')[0].split(' (')[0]}")
+        if out["heavy"] is not None:
+            seen.add("heavy")
+        if any(d is not None and d.endswith(b"new") for d in out["data"]):
+            seen.add("rewritten")
+        if any(d is not None and d.endswith(b"merged") for d in out["data"]):
+            seen.add("merged")
+        if timing_out and out["answered"] is None:
+            seen.add("answered")
+        if out["throttled"]:
+            seen.add("throttled")
+    assert {"returned", "raised", "heavy", "rewritten", "merged", "answered", "throttled",
+            "closed: upstream answered correlation id 7, expected 100",
+            "closed: upstream sent a response nobody asked for",
+            "closed: cannot rewrite upstream Heartbeat response",
+            } <= seen, seen
+
+
+def test_the_core_pairs_in_c_where_it_was_built():
+    """ConnectionCore.complete_responses is the C pairing when the extension is there (the data
+    plane calls it directly), the Python reference otherwise."""
+    assert core_module._pairing is pairing
+    gw = _gateway()
+    core, decoder, slots = _case(3, gw)
+    calls = []
+    saved = core_module._pairing
+    core_module._pairing = lambda c, d: calls.append((c, d)) or True
+    try:
+        assert core.complete_responses(decoder) is True
+    finally:
+        core_module._pairing = saved
+    assert calls == [(core, decoder)]
