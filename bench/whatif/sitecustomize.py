@@ -10,6 +10,7 @@ checks, and nothing happens unless ``KGW_WHATIF`` is set.
 * ``no-latency``: no response's latency is observed (kgw_upstream_latency_seconds);
 * ``no-rewrite``: a Produce response is not looked at for tags to rewrite;
 * ``memo-free``: the decision memo answers True without looking or counting;
+* ``no-counters``: nothing a request deferred is counted (kgw_requests_total, the memo's allowances);
 * ``inspect-once``: every Produce request is taken for the first one the gateway walked (its
   topics, acks and timeout), so nothing is walked after it."""
 
@@ -23,7 +24,7 @@ if _WHATIF:
     import protocol.auth_helper
     from protocol.headers import parse_request_header
 
-    unknown = _WHATIF - {"forward-only", "allow-free", "no-authz-metrics", "no-latency", "no-rewrite", "memo-free", "inspect-once"}
+    unknown = _WHATIF - {"forward-only", "allow-free", "no-authz-metrics", "no-latency", "no-rewrite", "memo-free", "inspect-once", "no-counters"}
     if unknown:
         raise SystemExit(f"KGW_WHATIF: unknown {sorted(unknown)}")
 
@@ -77,3 +78,7 @@ if _WHATIF:
             return _first[0]
 
         object.__setattr__(_spec, "inspect", _inspect_once)
+
+    if "no-counters" in _WHATIF:
+        import gateway.connection.lane
+        gateway.connection.lane.Lane.metrics = lambda self: self.deferred.clear()

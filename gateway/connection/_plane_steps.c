@@ -1264,6 +1264,104 @@ static PyObject *S__complete, *S_large, *S_merge, *S_quota, *S_header, *S_correl
     *S_listener, *S_node_map, *S__offload_response, *S__cluster, *S_timing_out_since, *S_answered,
     *S__check_correlation, *S_nobody_asked, *S_bad_frame;
 
+/* ---------------------------------------------------------------- latency
+ * child.observe(amount) for a response's latency: a child of the class configure_histogram named
+ * (gateway/process/metrics.py's per-thread histogram child) whose row this thread already has is
+ * added to here as its observe does, row[bisect_left(child._bounds, amount)] += 1 and
+ * row[-1] += amount; any other child, or a thread's first observation, by its own method. */
+
+static PyObject *HISTOGRAM_CHILD, *S__family, *S__local, *S_table, *S__key, *S__bounds;
+
+/* child's row for this thread, a new reference; NULL with no error set: none yet (or not a list
+ * of the bounds' length + 2) */
+static PyObject *thread_row(PyObject *child, PyObject **bounds_out)
+{
+    PyObject *family = PyObject_GetAttr(child, S__family);
+    PyObject *local = family == NULL ? NULL : PyObject_GetAttr(family, S__local);
+    Py_XDECREF(family);
+    PyObject *table = local == NULL ? NULL : PyObject_GetAttr(local, S_table);
+    Py_XDECREF(local);
+    if (table == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError))
+            PyErr_Clear();  /* (the thread's first observation makes its table) */
+        return NULL;
+    }
+    PyObject *key = PyObject_GetAttr(child, S__key);
+    PyObject *row = key == NULL || !PyDict_CheckExact(table) ? NULL : PyDict_GetItemWithError(table, key);
+    Py_XINCREF(row);
+    Py_XDECREF(key);
+    Py_DECREF(table);
+    PyObject *bounds = row == NULL ? NULL : PyObject_GetAttr(child, S__bounds);
+    if (bounds == NULL || !PyList_CheckExact(row) || !PyTuple_CheckExact(bounds)
+        || PyList_GET_SIZE(row) != PyTuple_GET_SIZE(bounds) + 2) {
+        Py_XDECREF(row);
+        Py_XDECREF(bounds);
+        return NULL;
+    }
+    *bounds_out = bounds;
+    return row;
+}
+
+/* 0, or -1 with an exception set */
+static int observe_impl(PyObject *child, PyObject *amount)
+{
+    PyObject *bounds = NULL, *row = NULL;
+    if (HISTOGRAM_CHILD != NULL && (PyObject *)Py_TYPE(child) == HISTOGRAM_CHILD) {
+        row = thread_row(child, &bounds);
+        if (row == NULL && PyErr_Occurred())
+            return -1;
+    }
+    if (row == NULL)
+        return call_for_effect(child, S_observe, amount);
+    int done = -1;
+    Py_ssize_t lo = 0, hi = PyTuple_GET_SIZE(bounds);
+    while (lo < hi) {  /* bisect_left */
+        Py_ssize_t mid = (lo + hi) / 2;
+        int less = PyObject_RichCompareBool(PyTuple_GET_ITEM(bounds, mid), amount, Py_LT);
+        if (less < 0)
+            goto out;
+        if (less)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    Py_ssize_t last = PyList_GET_SIZE(row) - 1;
+    PyObject *count = PyNumber_Add(PyList_GET_ITEM(row, lo), ONE);
+    if (count == NULL)
+        goto out;
+    PyList_SetItem(row, lo, count);  /* (steals count) */
+    PyObject *sum = PyNumber_Add(PyList_GET_ITEM(row, last), amount);
+    if (sum == NULL)
+        goto out;
+    PyList_SetItem(row, last, sum);
+    done = 0;
+out:
+    Py_DECREF(row);
+    Py_DECREF(bounds);
+    return done;
+}
+
+static PyObject *observe(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "observe(child, amount) takes 2 arguments");
+        return NULL;
+    }
+    if (observe_impl(args[0], args[1]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *configure_histogram(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1 || !PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "configure_histogram(child_class) takes a class");
+        return NULL;
+    }
+    Py_XSETREF(HISTOGRAM_CHILD, Py_NewRef(args[0]));
+    Py_RETURN_NONE;
+}
+
 /* raise PAIR_CLOSE(reason, "upstream"): always -1 */
 static int pair_close(PyObject *reason)
 {
@@ -1307,12 +1405,11 @@ static int complete_plain(PyObject *conn, PyObject *slot, PyObject *spec, PyObje
     if (child == NULL)
         goto out;
     PyObject *elapsed = PyFloat_FromDouble(monotonic_now() - sent_at);
-    PyObject *r = elapsed == NULL ? NULL : call_method(child, S_observe, elapsed, NULL);
+    int observed = elapsed == NULL ? -1 : observe_impl(child, elapsed);
     Py_DECREF(child);
     Py_XDECREF(elapsed);
-    if (r == NULL)
+    if (observed < 0)
         goto out;
-    Py_DECREF(r);
     rewrite = PyObject_GetAttr(spec, S_rewrite_response);
     if (rewrite == NULL)
         goto out;
@@ -1757,6 +1854,10 @@ static PyMethodDef methods[] = {
      "recv_into_min, head): what the handlers take from the data plane"},
     {"complete_responses", (PyCFunction)(void (*)(void))complete_responses, METH_FASTCALL,
      "complete_responses(conn, decoder) -> bool: ConnectionCore.complete_responses"},
+    {"observe", (PyCFunction)(void (*)(void))observe, METH_FASTCALL,
+     "observe(child, amount): child.observe(amount), in C for the class configure_histogram named"},
+    {"configure_histogram", (PyCFunction)(void (*)(void))configure_histogram, METH_FASTCALL,
+     "configure_histogram(child_class): the per-thread histogram child whose rows observe adds to itself"},
     {"configure_pairing", (PyCFunction)(void (*)(void))configure_pairing, METH_FASTCALL,
      "configure_pairing(need_data, frame_error, close_error, codec_error): what the pairing raises and returns"},
     {"write_queue", (PyCFunction)(void (*)(void))write_queue, METH_FASTCALL,
@@ -1817,7 +1918,9 @@ PyMODINIT_FUNC PyInit__plane_steps(void)
         || intern(&S_timing_out_since, "timing_out_since") || intern(&S_answered, "answered")
         || intern(&S__check_correlation, "_check_correlation")
         || intern(&S_nobody_asked, "upstream sent a response nobody asked for")
-        || intern(&S_bad_frame, "bad frame from upstream: "))
+        || intern(&S_bad_frame, "bad frame from upstream: ") || intern(&S__family, "_family")
+        || intern(&S__local, "_local") || intern(&S_table, "table") || intern(&S__key, "_key")
+        || intern(&S__bounds, "_bounds"))
         return NULL;
     MSG_HEAVY = Py_BuildValue("(s)", "heavy");
     if (MSG_HEAVY == NULL)

@@ -224,3 +224,11 @@ class GatewayMetrics:
         if child is None:
             child = self._latency[(listener, api)] = self.upstream_latency.labels(listener, api)
         return child
+
+
+try:  # the pairing in C observes each response's latency: it may add to these children's rows itself
+    from gateway.connection import _plane_steps
+except ImportError:  # pragma: no cover - a build without a compiler: every child observes in Python
+    pass
+else:
+    _plane_steps.configure_histogram(_HistogramChild)

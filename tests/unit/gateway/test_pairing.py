@@ -185,3 +185,43 @@ def test_the_core_pairs_in_c_where_it_was_built():
     finally:
         core_module._pairing = saved
     assert calls == [(core, decoder)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_latency_observed_in_c_counts_as_its_python_observe(seed):
+    """The pairing observes each response's latency in C (_plane_steps.observe) for the per-thread
+    histogram's children: the same rows as their own observe, bounds, beyond them, a thread's
+    first observation; and another kind of child is asked to observe itself."""
+    from gateway.process.metrics import GatewayMetrics
+
+    rng = random.Random(seed)
+    python, native = GatewayMetrics(), GatewayMetrics()
+    bounds = python.upstream_latency.bounds
+    amounts = [rng.choice(bounds) for _ in range(50)] + [rng.uniform(-1, 40) for _ in range(200)] + [0.0, 1e9]
+    for amount in amounts:
+        api = rng.choice(["Produce", "Fetch", "Metadata"])
+        python.latency("T", api).observe(amount)
+        _plane_steps.observe(native.latency("T", api), amount)
+    assert native.upstream_latency.totals() == python.upstream_latency.totals()
+    assert sum(sum(row[:-1]) for row in native.upstream_latency.totals().values()) == len(amounts)
+    seen = []
+    _plane_steps.observe(SimpleNamespace(observe=seen.append), 0.25)
+    assert seen == [0.25]
+
+
+def test_a_child_with_a_row_is_added_to_without_its_method(monkeypatch):
+    """Once this thread has its row, the C observe adds to it without calling the child's observe."""
+    from gateway.process import metrics as metrics_module
+
+    native = metrics_module.GatewayMetrics()
+    child = native.latency("T", "Produce")
+    _plane_steps.observe(child, 0.002)  # the thread's first: its own method makes the row
+
+    def refused(self, amount):
+        raise AssertionError("observed in Python")
+
+    monkeypatch.setattr(metrics_module._HistogramChild, "observe", refused)
+    _plane_steps.observe(child, 0.002)
+    _plane_steps.observe(child, 7.0)
+    (row,) = native.upstream_latency.totals().values()
+    assert sum(row[:-1]) == 3 and row[-1] == pytest.approx(7.004)
