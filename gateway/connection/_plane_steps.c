@@ -1368,6 +1368,20 @@ static int pair_close(PyObject *reason)
     return raise_made(PyObject_CallFunctionObjArgs(PAIR_CLOSE, reason, S_upstream, NULL));
 }
 
+/* raise PAIR_CLOSE(prefix + str(error), "upstream"), both new references taken (NULL: making it
+ * failed, its error is set): always -1 */
+static int pair_close_as(PyObject *error, PyObject *prefix)
+{
+    PyObject *reason = error == NULL || prefix == NULL ? NULL : PyUnicode_FromFormat("%U%S", prefix, error);
+    Py_XDECREF(error);
+    Py_XDECREF(prefix);
+    if (reason != NULL) {
+        pair_close(reason);
+        Py_DECREF(reason);
+    }
+    return -1;
+}
+
 /* slot's response `frame` (view: its buffer, at least 9 bytes; no tagged field in a flexible
  * response header), neither merged nor under a quota: _complete's plain case */
 static int complete_plain(PyObject *conn, PyObject *slot, PyObject *spec, PyObject *frame, const Py_buffer *view)
@@ -1439,14 +1453,9 @@ static int complete_plain(PyObject *conn, PyObject *slot, PyObject *spec, PyObje
             if (PyErr_ExceptionMatches(PAIR_CODEC_ERROR)) {
                 PyObject *error = take_error();
                 PyObject *spec_name = PyObject_GetAttr(spec, S_name);
-                PyObject *reason = spec_name == NULL || error == NULL ? NULL
-                    : PyUnicode_FromFormat("cannot rewrite upstream %S response: %S", spec_name, error);
-                Py_XDECREF(error);
+                pair_close_as(error, spec_name == NULL ? NULL
+                              : PyUnicode_FromFormat("cannot rewrite upstream %S response: ", spec_name));
                 Py_XDECREF(spec_name);
-                if (reason != NULL) {
-                    pair_close(reason);
-                    Py_DECREF(reason);
-                }
             }
             goto out;
         }
@@ -1562,15 +1571,8 @@ static int complete_impl(PyObject *conn, PyObject *dec)
     for (;;) {
         PyObject *frame = PyObject_CallMethodNoArgs(dec, S_next_frame);
         if (frame == NULL) {
-            if (PyErr_ExceptionMatches(PAIR_FRAME_ERROR)) {
-                PyObject *error = take_error();
-                PyObject *reason = error == NULL ? NULL : PyUnicode_FromFormat("%U%S", S_bad_frame, error);
-                Py_XDECREF(error);
-                if (reason != NULL) {
-                    pair_close(reason);
-                    Py_DECREF(reason);
-                }
-            }
+            if (PyErr_ExceptionMatches(PAIR_FRAME_ERROR))
+                pair_close_as(take_error(), Py_NewRef(S_bad_frame));
             goto out;
         }
         if (frame == PAIR_NEED_DATA) {
