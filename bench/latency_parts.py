@@ -11,7 +11,8 @@ joined by ``+`` (``bench/whatif/sitecustomize.py``: ``forward-only``, ``allow-fr
 ``no-authz-metrics``), loaded through PYTHONPATH in that gateway only.  Direct (the same tansu)
 and HAProxy (its own tansu) run beside them.  Every round sends ``--requests`` one-record
 produces, each followed by ``flush()``, through every side in an order shuffled per request
-(``produce_latency_interleaved``); it prints each round's p50 / direct and the medians.
+(``produce_latency_interleaved``); it prints each round's p50 / direct and the medians, and each
+proxy's CPU per request (its process's CPU over the round, warm-up included).
 
 In process, the dispatcher costs a few microseconds (bench/dispatch_cost.py); a live request
 costs several times that, because the CPU ran the client, the broker and the other sides
@@ -32,8 +33,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_common import (create_topics, environment, load_text, produce_latency_interleaved,  # noqa: E402
-                          scratch, seed_acls, start_haproxy_broker, start_kgw, start_tansu, tree_state)
+from bench_common import (CpuMeter, create_topics, environment, load_text,  # noqa: E402
+                          produce_latency_interleaved, scratch, seed_acls, start_haproxy_broker, start_kgw, start_tansu,
+                          tree_state)
 
 _AUTHZ = 'authorizer: {class_name: "authz.standard_authorizer:StandardAuthorizer", config: {}}\n'
 
@@ -55,6 +57,7 @@ def main() -> int:
         procs.append(tansu)
         _proxy, haproxy, haproxy_broker = start_haproxy_broker(work, procs)
         sides = {"direct": f"127.0.0.1:{port}", "haproxy": haproxy}
+        pids = {"haproxy": _proxy.pid}
         seeded = work / "seeded-acls"
         seed_acls(seeded, args.acls)
         for i, side in enumerate(args.sides):
@@ -69,12 +72,17 @@ def main() -> int:
                 proc, kgw_port = start_kgw(work, port, f"gw{i}", _AUTHZ if kind == "authz" else "", meta_dir=meta)
             procs.append(proc)
             sides[f"{i}:{side}"] = f"127.0.0.1:{kgw_port}"
+            pids[f"{i}:{side}"] = proc.pid
         topic = f"bench-latency-parts-{time.monotonic_ns()}"
         create_topics(f"127.0.0.1:{port}", [topic])
         create_topics(haproxy_broker, [topic])
         ratios: dict[str, list[float]] = {s: [] for s in sides}
+        cpu: dict[str, list[float]] = {s: [] for s in pids}
         for r in range(args.rounds):
+            meters = {s: CpuMeter(pid) for s, pid in pids.items()}
             out = produce_latency_interleaved(sides, topic, args.requests, 200, "1", seed=r + 1)
+            for s, meter in meters.items():  # (each side's process, over the round: its requests and warm-up)
+                cpu[s].append(meter.elapsed() / (args.requests + 200) * 1e6)
             direct = out["direct"]["p50_ms"]
             for s in sides:
                 ratios[s].append(out[s]["p50_ms"] / direct)
@@ -82,6 +90,7 @@ def main() -> int:
                   + ", ".join(f"{s} {out[s]['p50_ms'] / direct:.3f}" for s in sides if s != "direct"), flush=True)
     print("median p50 / direct: " + ", ".join(f"{s} {statistics.median(v):.3f}" for s, v in ratios.items()
                                                if s != "direct"))
+    print("median CPU µs per request: " + ", ".join(f"{s} {statistics.median(v):.1f}" for s, v in cpu.items()))
     return 0
 
 

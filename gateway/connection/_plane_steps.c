@@ -284,6 +284,164 @@ static int attrs_ge(PyObject *a, PyObject *x, PyObject *b, PyObject *y)
     return ge;
 }
 
+/* ---------------------------------------------------------------- per-thread metrics
+ * gateway/process/metrics.py's per-thread counters and histograms (configure_metrics names their
+ * children's classes) keep one row of numbers per thread and label set, found through the family's
+ * threading.local table.  A child of those classes whose row this thread already has is added to
+ * here as its own inc or observe would; a thread's first addition, and any other object, goes
+ * through its method.  Used for what every request counts: the counters a request deferred
+ * (count_deferred: lane.metrics) and its response's latency (observe). */
+
+static PyObject *LANE_CLASS, *COUNTER_CHILD, *HISTOGRAM_CHILD, *S__family, *S__local, *S_table, *S__key, *S__bounds, *S_inc,
+    *S_observe;
+
+static int call_for_effect(PyObject *obj, PyObject *name, PyObject *arg);
+
+/* child's row for this thread (a list of `width` numbers), a new reference; NULL with no error
+ * set: none yet, or not such a row */
+static PyObject *thread_row(PyObject *child, Py_ssize_t width)
+{
+    PyObject *family = PyObject_GetAttr(child, S__family);
+    PyObject *local = family == NULL ? NULL : PyObject_GetAttr(family, S__local);
+    Py_XDECREF(family);
+    PyObject *table = local == NULL ? NULL : PyObject_GetAttr(local, S_table);
+    Py_XDECREF(local);
+    if (table == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError))
+            PyErr_Clear();  /* (the thread's first addition makes its table) */
+        return NULL;
+    }
+    PyObject *key = PyObject_GetAttr(child, S__key);
+    PyObject *row = key == NULL || !PyDict_CheckExact(table) ? NULL : PyDict_GetItemWithError(table, key);
+    Py_XDECREF(key);
+    Py_DECREF(table);
+    if (row == NULL || !PyList_CheckExact(row) || PyList_GET_SIZE(row) != width)
+        return NULL;
+    return Py_NewRef(row);
+}
+
+/* row[at] += amount: 0, or -1 with an exception set */
+static int add_at(PyObject *row, Py_ssize_t at, PyObject *amount)
+{
+    PyObject *sum = PyNumber_Add(PyList_GET_ITEM(row, at), amount);
+    if (sum == NULL)
+        return -1;
+    PyList_SetItem(row, at, sum);  /* (steals sum) */
+    return 0;
+}
+
+/* child.observe(amount): 0, or -1 with an exception set */
+static int observe_impl(PyObject *child, PyObject *amount)
+{
+    PyObject *bounds = NULL, *row = NULL;
+    if (HISTOGRAM_CHILD != NULL && (PyObject *)Py_TYPE(child) == HISTOGRAM_CHILD) {
+        bounds = PyObject_GetAttr(child, S__bounds);
+        if (bounds == NULL)
+            return -1;
+        row = PyTuple_CheckExact(bounds) ? thread_row(child, PyTuple_GET_SIZE(bounds) + 2) : NULL;
+        if (row == NULL && PyErr_Occurred()) {
+            Py_DECREF(bounds);
+            return -1;
+        }
+    }
+    if (row == NULL) {
+        Py_XDECREF(bounds);
+        return call_for_effect(child, S_observe, amount);
+    }
+    int done = -1;
+    Py_ssize_t lo = 0, hi = PyTuple_GET_SIZE(bounds);
+    while (lo < hi) {  /* bisect_left */
+        Py_ssize_t mid = (lo + hi) / 2;
+        int less = PyObject_RichCompareBool(PyTuple_GET_ITEM(bounds, mid), amount, Py_LT);
+        if (less < 0)
+            goto out;
+        if (less)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (add_at(row, lo, ONE) == 0 && add_at(row, PyList_GET_SIZE(row) - 1, amount) == 0)
+        done = 0;
+out:
+    Py_DECREF(row);
+    Py_DECREF(bounds);
+    return done;
+}
+
+/* lane.metrics() (Lane.metrics, its reference, for a lane of the class configure_lane named):
+ * each counter in lane.deferred counted once (its inc()), then the list emptied; 0, or -1 with an
+ * exception set (the list left as it was).  Any other lane's own metrics() is called. */
+static int count_deferred(PyObject *lane)
+{
+    if (LANE_CLASS == NULL || (PyObject *)Py_TYPE(lane) != LANE_CLASS)
+        return call_for_effect(lane, S_metrics, NULL);
+    PyObject *deferred = get_attr(lane, S_deferred);
+    if (deferred == NULL)
+        return -1;
+    int done = -1;
+    if (!PyList_CheckExact(deferred)) {
+        done = call_for_effect(lane, S_metrics, NULL);
+        goto out;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(deferred);
+    for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(deferred); i++) {
+        PyObject *item = Py_NewRef(PyList_GET_ITEM(deferred, i));
+        PyObject *row = COUNTER_CHILD != NULL && (PyObject *)Py_TYPE(item) == COUNTER_CHILD ? thread_row(item, 1) : NULL;
+        int counted = row == NULL ? (PyErr_Occurred() ? -1 : call_for_effect(item, S_inc, NULL)) : add_at(row, 0, ONE);
+        Py_XDECREF(row);
+        Py_DECREF(item);
+        if (counted < 0)
+            goto out;
+    }
+    done = PyList_SetSlice(deferred, 0, PyList_GET_SIZE(deferred), NULL);
+out:
+    Py_DECREF(deferred);
+    return done;
+}
+
+static PyObject *observe(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "observe(child, amount) takes 2 arguments");
+        return NULL;
+    }
+    if (observe_impl(args[0], args[1]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_metrics(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "lane_metrics(lane) takes 1 argument");
+        return NULL;
+    }
+    if (count_deferred(args[0]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *configure_lane(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1 || !PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "configure_lane(lane_class) takes a class");
+        return NULL;
+    }
+    Py_XSETREF(LANE_CLASS, Py_NewRef(args[0]));
+    Py_RETURN_NONE;
+}
+
+static PyObject *configure_metrics(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "configure_metrics(counter_child, histogram_child) takes two classes");
+        return NULL;
+    }
+    Py_XSETREF(COUNTER_CHILD, Py_NewRef(args[0]));
+    Py_XSETREF(HISTOGRAM_CHILD, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
 /* Change fd's registration on epfd from mask `old` to `new` (they differ), as select.epoll's
  * register, modify and unregister do (the event's data is the descriptor). */
 static int apply_mask(int epfd, int fd, long old, long new)
@@ -466,12 +624,8 @@ static int after_event(PyObject *plane, PyObject *lane, int epfd)
     int deferred = attr_true(lane, S_deferred);
     if (deferred < 0)
         return -1;
-    if (deferred) {  /* after the upstream writes: off the request's latency */
-        PyObject *r = call_method(lane, S_metrics, NULL, NULL);
-        if (r == NULL)
-            return -1;
-        Py_DECREF(r);
-    }
+    if (deferred && count_deferred(lane) < 0)  /* after the upstream writes: off the request's latency */
+        return -1;
     int draining = attr_true(lane, S_draining);
     if (draining < 0)
         return -1;
@@ -1115,7 +1269,7 @@ static int process_frames(PyObject *plane, PyObject *lane, PyObject *conn, PyObj
             goto out;
         if (!answered)
             break;
-        if (call_for_effect(lane, S_metrics, NULL) < 0  /* counted before the client can see the answers */
+        if (count_deferred(lane) < 0  /* counted before the client can see the answers */
             || flush_client_impl(lane) < 0)  /* local answers free their slots at once ... */
             goto out;
         if (need_data || !budget)
@@ -1260,107 +1414,9 @@ out:
 
 static PyObject *PAIR_NEED_DATA, *PAIR_FRAME_ERROR, *PAIR_CLOSE, *PAIR_CODEC_ERROR;
 static PyObject *S__complete, *S_large, *S_merge, *S_quota, *S_header, *S_correlation_id, *S_rewrite_response,
-    *S_api_key, *S_api_version, *S_flexible, *S_latency, *S_listener_name, *S_name, *S_observe, *S_sent_at,
+    *S_api_key, *S_api_version, *S_flexible, *S_latency, *S_listener_name, *S_name, *S_sent_at,
     *S_listener, *S_node_map, *S__offload_response, *S__cluster, *S_timing_out_since, *S_answered,
     *S__check_correlation, *S_nobody_asked, *S_bad_frame;
-
-/* ---------------------------------------------------------------- latency
- * child.observe(amount) for a response's latency: a child of the class configure_histogram named
- * (gateway/process/metrics.py's per-thread histogram child) whose row this thread already has is
- * added to here as its observe does, row[bisect_left(child._bounds, amount)] += 1 and
- * row[-1] += amount; any other child, or a thread's first observation, by its own method. */
-
-static PyObject *HISTOGRAM_CHILD, *S__family, *S__local, *S_table, *S__key, *S__bounds;
-
-/* child's row for this thread, a new reference; NULL with no error set: none yet (or not a list
- * of the bounds' length + 2) */
-static PyObject *thread_row(PyObject *child, PyObject **bounds_out)
-{
-    PyObject *family = PyObject_GetAttr(child, S__family);
-    PyObject *local = family == NULL ? NULL : PyObject_GetAttr(family, S__local);
-    Py_XDECREF(family);
-    PyObject *table = local == NULL ? NULL : PyObject_GetAttr(local, S_table);
-    Py_XDECREF(local);
-    if (table == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_AttributeError))
-            PyErr_Clear();  /* (the thread's first observation makes its table) */
-        return NULL;
-    }
-    PyObject *key = PyObject_GetAttr(child, S__key);
-    PyObject *row = key == NULL || !PyDict_CheckExact(table) ? NULL : PyDict_GetItemWithError(table, key);
-    Py_XINCREF(row);
-    Py_XDECREF(key);
-    Py_DECREF(table);
-    PyObject *bounds = row == NULL ? NULL : PyObject_GetAttr(child, S__bounds);
-    if (bounds == NULL || !PyList_CheckExact(row) || !PyTuple_CheckExact(bounds)
-        || PyList_GET_SIZE(row) != PyTuple_GET_SIZE(bounds) + 2) {
-        Py_XDECREF(row);
-        Py_XDECREF(bounds);
-        return NULL;
-    }
-    *bounds_out = bounds;
-    return row;
-}
-
-/* 0, or -1 with an exception set */
-static int observe_impl(PyObject *child, PyObject *amount)
-{
-    PyObject *bounds = NULL, *row = NULL;
-    if (HISTOGRAM_CHILD != NULL && (PyObject *)Py_TYPE(child) == HISTOGRAM_CHILD) {
-        row = thread_row(child, &bounds);
-        if (row == NULL && PyErr_Occurred())
-            return -1;
-    }
-    if (row == NULL)
-        return call_for_effect(child, S_observe, amount);
-    int done = -1;
-    Py_ssize_t lo = 0, hi = PyTuple_GET_SIZE(bounds);
-    while (lo < hi) {  /* bisect_left */
-        Py_ssize_t mid = (lo + hi) / 2;
-        int less = PyObject_RichCompareBool(PyTuple_GET_ITEM(bounds, mid), amount, Py_LT);
-        if (less < 0)
-            goto out;
-        if (less)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    Py_ssize_t last = PyList_GET_SIZE(row) - 1;
-    PyObject *count = PyNumber_Add(PyList_GET_ITEM(row, lo), ONE);
-    if (count == NULL)
-        goto out;
-    PyList_SetItem(row, lo, count);  /* (steals count) */
-    PyObject *sum = PyNumber_Add(PyList_GET_ITEM(row, last), amount);
-    if (sum == NULL)
-        goto out;
-    PyList_SetItem(row, last, sum);
-    done = 0;
-out:
-    Py_DECREF(row);
-    Py_DECREF(bounds);
-    return done;
-}
-
-static PyObject *observe(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "observe(child, amount) takes 2 arguments");
-        return NULL;
-    }
-    if (observe_impl(args[0], args[1]) < 0)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-static PyObject *configure_histogram(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 1 || !PyType_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "configure_histogram(child_class) takes a class");
-        return NULL;
-    }
-    Py_XSETREF(HISTOGRAM_CHILD, Py_NewRef(args[0]));
-    Py_RETURN_NONE;
-}
 
 /* raise PAIR_CLOSE(reason, "upstream"): always -1 */
 static int pair_close(PyObject *reason)
@@ -1857,9 +1913,13 @@ static PyMethodDef methods[] = {
     {"complete_responses", (PyCFunction)(void (*)(void))complete_responses, METH_FASTCALL,
      "complete_responses(conn, decoder) -> bool: ConnectionCore.complete_responses"},
     {"observe", (PyCFunction)(void (*)(void))observe, METH_FASTCALL,
-     "observe(child, amount): child.observe(amount), in C for the class configure_histogram named"},
-    {"configure_histogram", (PyCFunction)(void (*)(void))configure_histogram, METH_FASTCALL,
-     "configure_histogram(child_class): the per-thread histogram child whose rows observe adds to itself"},
+     "observe(child, amount): child.observe(amount), in C for the class configure_metrics named"},
+    {"lane_metrics", (PyCFunction)(void (*)(void))lane_metrics, METH_FASTCALL,
+     "lane_metrics(lane): lane.metrics(), in C for a lane of the class configure_lane named"},
+    {"configure_lane", (PyCFunction)(void (*)(void))configure_lane, METH_FASTCALL,
+     "configure_lane(lane_class): the lanes whose metrics() lane_metrics and the handlers count in C"},
+    {"configure_metrics", (PyCFunction)(void (*)(void))configure_metrics, METH_FASTCALL,
+     "configure_metrics(counter_child, histogram_child): the per-thread metrics children added to in C"},
     {"configure_pairing", (PyCFunction)(void (*)(void))configure_pairing, METH_FASTCALL,
      "configure_pairing(need_data, frame_error, close_error, codec_error): what the pairing raises and returns"},
     {"write_queue", (PyCFunction)(void (*)(void))write_queue, METH_FASTCALL,
@@ -1922,7 +1982,7 @@ PyMODINIT_FUNC PyInit__plane_steps(void)
         || intern(&S_nobody_asked, "upstream sent a response nobody asked for")
         || intern(&S_bad_frame, "bad frame from upstream: ") || intern(&S__family, "_family")
         || intern(&S__local, "_local") || intern(&S_table, "table") || intern(&S__key, "_key")
-        || intern(&S__bounds, "_bounds"))
+        || intern(&S__bounds, "_bounds") || intern(&S_inc, "inc"))
         return NULL;
     MSG_HEAVY = Py_BuildValue("(s)", "heavy");
     if (MSG_HEAVY == NULL)

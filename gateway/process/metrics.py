@@ -226,9 +226,10 @@ class GatewayMetrics:
         return child
 
 
-try:  # the pairing in C observes each response's latency: it may add to these children's rows itself
+try:  # the data plane's C counts what a request deferred and observes its response's latency: it may
+    # add to these children's rows itself, as their inc and observe do
     from gateway.connection import _plane_steps
-except ImportError:  # pragma: no cover - a build without a compiler: every child observes in Python
+except ImportError:  # pragma: no cover - a build without a compiler: every child counts in Python
     pass
 else:
-    _plane_steps.configure_histogram(_HistogramChild)
+    _plane_steps.configure_metrics(_CounterChild, _HistogramChild)

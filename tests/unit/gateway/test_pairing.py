@@ -225,3 +225,72 @@ def test_a_child_with_a_row_is_added_to_without_its_method(monkeypatch):
     _plane_steps.observe(child, 7.0)
     (row,) = native.upstream_latency.totals().values()
     assert sum(row[:-1]) == 3 and row[-1] == pytest.approx(7.004)
+
+
+def _lane(deferred: list):
+    """A Lane with only what its metrics() reads: the counters its requests deferred."""
+    from gateway.connection.lane import Lane
+
+    lane = Lane.__new__(Lane)
+    lane.deferred = deferred
+    return lane
+
+
+class _Tally:
+    """Something else a request defers (the decision memo's allowance): counted by its inc()."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.n, self.fail = 0, fail
+
+    def inc(self) -> None:
+        if self.fail:
+            raise RuntimeError("this count fails")
+        self.n += 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_what_a_request_deferred_is_counted_in_c_as_lane_metrics_counts_it(seed):
+    """The data plane counts each lane's deferred counters in C (_plane_steps.lane_metrics, its
+    reference Lane.metrics): the same totals, the other objects' inc() called as often, the list
+    emptied; a count that fails leaves the list as it was on both sides."""
+    from gateway.connection.lane import Lane
+    from gateway.process.metrics import GatewayMetrics
+
+    rng = random.Random(seed)
+    python, native = GatewayMetrics(), GatewayMetrics()
+    tallies = {"python": _Tally(), "native": _Tally()}
+    for _ in range(40):
+        picks = [rng.choice(["Produce", "Fetch", "tally"]) for _ in range(rng.randint(0, 5))]
+        for side, metrics, count in (("python", python, Lane.metrics), ("native", native, _plane_steps.lane_metrics)):
+            lane = _lane([tallies[side] if p == "tally" else metrics.request("T", p) for p in picks])
+            count(lane)
+            assert lane.deferred == []
+    assert native.requests.totals() == python.requests.totals()
+    assert tallies["native"].n == tallies["python"].n > 0
+    for count in (Lane.metrics, _plane_steps.lane_metrics):
+        failing = _Tally(fail=True)
+        lane = _lane([native.request("T", "Produce"), failing])
+        with pytest.raises(RuntimeError, match="this count fails"):
+            count(lane)
+        assert len(lane.deferred) == 2
+
+
+def test_a_deferred_counter_with_a_row_is_counted_without_its_method(monkeypatch):
+    from gateway.process import metrics as metrics_module
+
+    native = metrics_module.GatewayMetrics()
+    counter = native.request("T", "Produce")
+    _plane_steps.lane_metrics(_lane([counter]))  # the thread's first: its method
+
+    def refused(self, amount=1):
+        raise AssertionError("counted in Python")
+
+    monkeypatch.setattr(metrics_module._CounterChild, "inc", refused)
+    _plane_steps.lane_metrics(_lane([counter, counter]))
+    assert native.requests.totals() == {("T", "Produce"): [3]}
+
+
+def test_another_kind_of_lane_counts_with_its_own_metrics():
+    counted = []
+    _plane_steps.lane_metrics(SimpleNamespace(deferred=[1, 2], metrics=lambda: counted.append(True)))
+    assert counted == [True]
