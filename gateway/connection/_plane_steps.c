@@ -313,11 +313,12 @@ static PyObject *thread_row(PyObject *child, Py_ssize_t width)
     }
     PyObject *key = PyObject_GetAttr(child, S__key);
     PyObject *row = key == NULL || !PyDict_CheckExact(table) ? NULL : PyDict_GetItemWithError(table, key);
+    Py_XINCREF(row);
     Py_XDECREF(key);
     Py_DECREF(table);
-    if (row == NULL || !PyList_CheckExact(row) || PyList_GET_SIZE(row) != width)
-        return NULL;
-    return Py_NewRef(row);
+    if (row != NULL && (!PyList_CheckExact(row) || PyList_GET_SIZE(row) != width))
+        Py_CLEAR(row);
+    return row;
 }
 
 /* row[at] += amount: 0, or -1 with an exception set */
@@ -383,8 +384,7 @@ static int count_deferred(PyObject *lane)
         done = call_for_effect(lane, S_metrics, NULL);
         goto out;
     }
-    Py_ssize_t n = PyList_GET_SIZE(deferred);
-    for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(deferred); i++) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(deferred); i++) {  /* (as a for loop over the list) */
         PyObject *item = Py_NewRef(PyList_GET_ITEM(deferred, i));
         PyObject *row = COUNTER_CHILD != NULL && (PyObject *)Py_TYPE(item) == COUNTER_CHILD ? thread_row(item, 1) : NULL;
         int counted = row == NULL ? (PyErr_Occurred() ? -1 : call_for_effect(item, S_inc, NULL)) : add_at(row, 0, ONE);

@@ -10,7 +10,9 @@ gateway CPU on the developers' machine, docs/benchmarks.md).  :class:`PerThreadC
 :class:`PerThreadHistogram` keep each thread's counts apart (the data plane, the Trio thread
 and worker threads each add only to their own, so nothing is locked and nothing lost) and sum
 them when the registry is collected, so a scrape, or ``get_sample_value``, right after a
-response counts it, as before; the exposition is the same text.
+response counts it, as before; the exposition is the same text.  On the data plane the C steps
+(gateway/connection/_plane_steps.c) add to a child's row for their thread themselves, as its
+``inc`` and ``observe`` do, once that thread has one (named at the end of this module).
 """
 
 from __future__ import annotations
