@@ -1161,8 +1161,250 @@ static PyObject *uuids_kept(PyObject *module, PyObject *unused)
     return PyLong_FromSsize_t(PyDict_GET_SIZE(Uuids));
 }
 
+/* ------------------------------------------------------------------ lengths
+ * check_lengths(plan, buf, offset) -> the offset after the entity, or None: protocol/bounds.py's
+ * walk of an encoded entity against its plan (bounds._plan: (flexible, steps), each step
+ * (kind, argument)), every length and count checked against the bytes left.  None for anything
+ * the walk would refuse (or a plan it does not read): bounds._walk, the reference, then walks it
+ * again and names what is wrong.  It reads no value; it only moves an offset. */
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t end;
+} LenBuf;
+
+/* an unsigned varint of at most 5 bytes at *off: 0, or -1 (past the end, or longer) */
+static int len_uvarint(const LenBuf *b, Py_ssize_t *off, int64_t *value)
+{
+    int64_t result = 0;
+    for (int i = 0; i < 5; i++) {
+        if (*off + i >= b->end)
+            return -1;
+        unsigned char c = b->p[*off + i];
+        result |= (int64_t)(c & 0x7F) << (7 * i);
+        if (c < 0x80) {
+            *off += i + 1;
+            *value = result;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* bounds._length: a string or bytes length or an array count (-1: null) into *n: 0, or -1 */
+static int len_length(const LenBuf *b, Py_ssize_t *off, int flexible, int wide, int nullable, int64_t *n)
+{
+    int64_t v;
+    if (flexible) {
+        if (len_uvarint(b, off, &v) < 0)
+            return -1;
+        v -= 1;
+    } else if (wide) {
+        if (*off + 4 > b->end)
+            return -1;
+        const unsigned char *q = b->p + *off;
+        v = (int32_t)((uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3]);
+        *off += 4;
+    } else {
+        if (*off + 2 > b->end)
+            return -1;
+        const unsigned char *q = b->p + *off;
+        v = (int16_t)((uint16_t)q[0] << 8 | q[1]);
+        *off += 2;
+    }
+    if (v > b->end - *off)
+        return -1;
+    if (v < 0 && (v != -1 || !nullable))
+        return -1;
+    *n = v;
+    return 0;
+}
+
+/* bounds._tags: a tagged-field section: 0, or -1 */
+static int len_tags(const LenBuf *b, Py_ssize_t *off)
+{
+    if (*off >= b->end)
+        return -1;
+    if (b->p[*off] == 0) {
+        *off += 1;
+        return 0;
+    }
+    int64_t count, tag, size;
+    if (len_uvarint(b, off, &count) < 0 || count > b->end - *off)
+        return -1;
+    for (int64_t i = 0; i < count; i++) {
+        if (len_uvarint(b, off, &tag) < 0 || len_uvarint(b, off, &size) < 0 || size > b->end - *off)
+            return -1;
+        *off += (Py_ssize_t)size;
+    }
+    return 0;
+}
+
+static PyObject *K_skip, *K_var, *K_array, *K_tagged_array, *K_struct, *K_tags;
+
+static int kind_is(PyObject *kind, PyObject *known)
+{
+    return kind == known || (PyUnicode_Check(kind) && PyUnicode_Compare(kind, known) == 0);
+}
+
+/* a Python int argument as a C value: 0, or -1 (not an int, or out of range; no error left set) */
+static int len_int(PyObject *value, int64_t *out)
+{
+    if (!PyLong_Check(value))
+        return -1;
+    long long v = PyLong_AsLongLong(value);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* bounds._walk: 0, or -1 (declined: the reference walks it); depth bounds a malformed plan */
+static int len_walk(PyObject *plan, const LenBuf *b, Py_ssize_t *off, int depth)
+{
+    if (depth > 64 || !PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 2)
+        return -1;
+    int flexible = PyObject_IsTrue(PyTuple_GET_ITEM(plan, 0));
+    PyObject *steps = PyTuple_GET_ITEM(plan, 1);
+    if (flexible < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (!PyTuple_Check(steps))
+        return -1;
+    for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(steps); s++) {
+        PyObject *step = PyTuple_GET_ITEM(steps, s);
+        if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 2)
+            return -1;
+        PyObject *kind = PyTuple_GET_ITEM(step, 0), *arg = PyTuple_GET_ITEM(step, 1);
+        int64_t n, m, size;
+        if (kind_is(kind, K_skip)) {
+            if (len_int(arg, &size) < 0 || size < 0)
+                return -1;
+            *off += (Py_ssize_t)size;
+        } else if (kind_is(kind, K_var)) {
+            if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) != 2)
+                return -1;
+            int wide = PyObject_IsTrue(PyTuple_GET_ITEM(arg, 0)), nullable = PyObject_IsTrue(PyTuple_GET_ITEM(arg, 1));
+            if (wide < 0 || nullable < 0 || len_length(b, off, flexible, wide, nullable, &n) < 0) {
+                PyErr_Clear();
+                return -1;
+            }
+            if (n > 0)
+                *off += (Py_ssize_t)n;
+        } else if (kind_is(kind, K_array)) {
+            if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) != 3)
+                return -1;
+            PyObject *elem = PyTuple_GET_ITEM(arg, 0), *elem_size = PyTuple_GET_ITEM(arg, 1);
+            int nullable = PyObject_IsTrue(PyTuple_GET_ITEM(arg, 2));
+            if (nullable < 0 || len_length(b, off, flexible, 1, nullable, &n) < 0) {
+                PyErr_Clear();
+                return -1;
+            }
+            if (n <= 0)
+                continue;  /* (as the reference: no end check after an empty or null array) */
+            if (elem_size != Py_None) {
+                if (len_int(elem_size, &size) < 0 || size < 0 || n * size > b->end - *off)
+                    return -1;
+                *off += (Py_ssize_t)(n * size);
+            } else if (PyTuple_Check(elem) && PyTuple_GET_SIZE(elem) == 2 && kind_is(PyTuple_GET_ITEM(elem, 0), K_var)) {
+                PyObject *var = PyTuple_GET_ITEM(elem, 1);
+                if (!PyTuple_Check(var) || PyTuple_GET_SIZE(var) != 2)
+                    return -1;
+                int wide = PyObject_IsTrue(PyTuple_GET_ITEM(var, 0));
+                int elem_nullable = PyObject_IsTrue(PyTuple_GET_ITEM(var, 1));
+                if (wide < 0 || elem_nullable < 0) {
+                    PyErr_Clear();
+                    return -1;
+                }
+                for (int64_t i = 0; i < n; i++) {
+                    if (len_length(b, off, flexible, wide, elem_nullable, &m) < 0)
+                        return -1;
+                    if (m > 0)
+                        *off += (Py_ssize_t)m;
+                }
+            } else {
+                for (int64_t i = 0; i < n; i++) {
+                    if (len_walk(elem, b, off, depth + 1) < 0)
+                        return -1;
+                }
+            }
+        } else if (kind_is(kind, K_tagged_array)) {
+            if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) != 2)
+                return -1;
+            int nullable = PyObject_IsTrue(PyTuple_GET_ITEM(arg, 1));
+            if (nullable < 0 || len_int(PyTuple_GET_ITEM(arg, 0), &size) < 0 || size < 0
+                || len_length(b, off, flexible, 1, nullable, &n) < 0) {
+                PyErr_Clear();
+                return -1;
+            }
+            if (n > 0) {
+                if (n * (size + 1) > b->end - *off)
+                    return -1;
+                for (int64_t i = 0; i < n; i++) {
+                    *off += (Py_ssize_t)size;
+                    if (len_tags(b, off) < 0)
+                        return -1;
+                }
+            }
+        } else if (kind_is(kind, K_struct)) {
+            if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) != 2)
+                return -1;
+            int nullable = PyObject_IsTrue(PyTuple_GET_ITEM(arg, 1));
+            if (nullable < 0) {
+                PyErr_Clear();
+                return -1;
+            }
+            if (nullable) {
+                if (*off >= b->end)
+                    return -1;
+                unsigned char marker = b->p[*off];
+                *off += 1;
+                if (marker == 0xFF)
+                    continue;  /* (null; as the reference, no end check) */
+            }
+            if (len_walk(PyTuple_GET_ITEM(arg, 0), b, off, depth + 1) < 0)
+                return -1;
+        } else if (kind_is(kind, K_tags)) {
+            if (len_tags(b, off) < 0)
+                return -1;
+        } else {
+            return -1;
+        }
+        if (*off > b->end)
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *check_lengths(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "check_lengths(plan, buf, offset) takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t off = PyLong_AsSsize_t(args[2]);
+    if (off == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    LenBuf b = {view.buf, view.len};
+    int walked = off >= 0 && off <= view.len ? len_walk(args[0], &b, &off, 0) : -1;
+    PyBuffer_Release(&view);
+    if (PyErr_Occurred())
+        return NULL;
+    if (walked < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromSsize_t(off);
+}
+
 static PyMethodDef methods[] = {
     {"uuids_kept", uuids_kept, METH_NOARGS, "uuids_kept() -> how many topic ids' UUIDs are kept now"},
+    {"check_lengths", (PyCFunction)(void (*)(void))check_lengths, METH_FASTCALL,
+     "check_lengths(plan, buf, offset) -> the offset after the entity | None (bounds._walk's)"},
     {"walk_produce", (PyCFunction)(void (*)(void))walk_produce, METH_FASTCALL,
      "walk_produce(frame, offset, flexible, version) -> ProduceShape | None"},
     {"produce_response_tags", (PyCFunction)(void (*)(void))produce_response_tags, METH_FASTCALL,
@@ -1196,6 +1438,13 @@ PyMODINIT_FUNC PyInit__native(void)
     if (Uuids == NULL && (Uuids = PyDict_New()) == NULL)
         return NULL;
     if (EmptyView == NULL && (EmptyView = PyMemoryView_FromMemory("", 0, PyBUF_READ)) == NULL)
+        return NULL;
+    if ((K_skip == NULL && (K_skip = PyUnicode_InternFromString("skip")) == NULL)
+        || (K_var == NULL && (K_var = PyUnicode_InternFromString("var")) == NULL)
+        || (K_array == NULL && (K_array = PyUnicode_InternFromString("array")) == NULL)
+        || (K_tagged_array == NULL && (K_tagged_array = PyUnicode_InternFromString("tagged_array")) == NULL)
+        || (K_struct == NULL && (K_struct = PyUnicode_InternFromString("struct")) == NULL)
+        || (K_tags == NULL && (K_tags = PyUnicode_InternFromString("tags")) == NULL))
         return NULL;
     if ((S_continue == NULL && (S_continue = PyUnicode_InternFromString("_continue")) == NULL)
             || (S_check == NULL && (S_check = PyUnicode_InternFromString("_check")) == NULL)

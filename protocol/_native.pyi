@@ -13,6 +13,8 @@ def walk_fetch(frame: memoryview | bytes, offset: int, version: int) -> tuple[in
     """What walk_fetch_request_python reads of a usual Fetch request; None: the reference reads it."""
 def fetch_response_tags(frame: memoryview | bytes, offset: int, version: int) -> int | None:
     """Where a v13+ Fetch response's top-level tags start; None: the reference walks it."""
+def check_lengths(plan: tuple[bool, tuple[Any, ...]], buf: memoryview | bytes, offset: int) -> int | None:
+    """Where an entity encoded at offset ends, its lengths checked; None: the reference walks it."""
 def bind_framing(need_data: object) -> None: ...
 def frame_buffer(parts: list[bytes | memoryview], size: int) -> bytearray:
     """size bytes starting with the parts; the rest not written (framing receives into it)."""

@@ -30,7 +30,7 @@ from typing import Any
 
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field, get_field_tag
 
-__all__ = ["LengthError", "check_lengths"]
+__all__ = ["LengthError", "check_lengths", "check_lengths_python"]
 
 
 class LengthError(ValueError):
@@ -38,19 +38,32 @@ class LengthError(ValueError):
 
 
 _FIXED = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "float64": 8,
-          "uuid": 16, "timedelta_i32": 4, "timedelta_i64": 8}
+          "uuid": 16, "timedelta_i32": 4, "timedelta_i64": 8, "error_code": 2,
+          "datetime_i64": 8}
 _VARIABLE = frozenset({"string", "bytes", "records"})
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 
 def check_lengths(cls: type, buf: memoryview | bytes, offset: int) -> int:
-    """Walk an encoded ``cls`` at ``buf[offset:]``; the offset after it.
+    """Walk an encoded ``cls`` at ``buf[offset:]``; the offset after it.  In C
+    (``protocol/_native.c``) where it was built; what the C walk declines (anything malformed)
+    is walked again by :func:`_walk`, the reference, which names what is wrong.
 
     Raises:
         LengthError: a length, count or tagged-field size claims more bytes than remain,
             or the buffer ends inside the entity.
     """
+    plan = _plan(cls)[0]
+    if _native_check is not None:
+        end: int | None = _native_check(plan, buf, offset)
+        if end is not None:
+            return end
+    return check_lengths_python(cls, buf, offset)
+
+
+def check_lengths_python(cls: type, buf: memoryview | bytes, offset: int) -> int:
+    """:func:`check_lengths` in Python alone: the reference of the C walk."""
     try:
         return _walk(_plan(cls)[0], buf, offset, len(buf))
     except (IndexError, struct.error):
@@ -231,3 +244,11 @@ def _walk(plan: tuple[bool, tuple[Any, ...]], buf: memoryview | bytes, off: int,
         if off > end:
             raise LengthError(f"the request ends inside a field ({off - end} bytes short)")
     return off
+
+
+try:  # the walk in C, built by setup.py where a compiler is found
+    from protocol import _native
+except ImportError:  # pragma: no cover - a build without a compiler: the reference alone
+    _native_check = None
+else:
+    _native_check = _native.check_lengths

@@ -68,16 +68,22 @@ def decode_request(api_key: int, version: int, buf: memoryview | bytes, offset: 
     Every length and count is first checked against the bytes that are there
     (:mod:`protocol.bounds`): kio's native reader would otherwise size an array from
     a client's count and abort the process when the allocation fails."""
-    cls = request_class(api_key, version)
-    try:
-        check_lengths(cls, buf, offset)
-    except LengthError as e:
-        raise CodecError(f"cannot decode {cls.__name__} v{version}: {e}") from None
-    return _decode(cls, buf, offset)
+    return _decode_checked(request_class(api_key, version), buf, offset)
 
 
 def decode_response(api_key: int, version: int, buf: memoryview | bytes, offset: int) -> Any:
-    return _decode(response_class(api_key, version), buf, offset)
+    """Decode a response body from the upstream, its lengths and counts checked first as a
+    request's are: the upstream is trusted to speak Kafka, but a malformed body must cost one
+    connection an error, not the process an abort in kio's native reader."""
+    return _decode_checked(response_class(api_key, version), buf, offset)
+
+
+def _decode_checked(cls: Any, buf: memoryview | bytes, offset: int) -> Any:
+    try:
+        check_lengths(cls, buf, offset)
+    except LengthError as e:
+        raise CodecError(f"cannot decode {cls.__name__} v{cls.__version__}: {e}") from None
+    return _decode(cls, buf, offset)
 
 
 def encode(entity: Any) -> bytes:

@@ -42,10 +42,11 @@ def _rewrite_failing(_version, _frame, _off, _nodes):
 
 
 def _specs() -> list:
-    produce = REGISTRY[0]
+    produce, metadata = REGISTRY[0], REGISTRY[3]
     plain = dataclasses.replace(produce, api_key=10, name="FindCoordinator", rewrite_response=None)
     return [
         produce,  # Produce: its rewrite looks for tags (v10+) and answers None on the usual response
+        metadata,  # Metadata: its rewrite decodes the body (random bytes: a CodecError, never an abort)
         plain,  # no rewrite at all
         dataclasses.replace(produce, api_key=11, name="JoinGroup", rewrite_response=_rewrite_to(b"\x01\x02new")),
         dataclasses.replace(produce, api_key=12, name="Heartbeat", rewrite_response=_rewrite_refusing),
@@ -168,6 +169,7 @@ def test_the_cases_reach_every_way_a_response_goes():
             "closed: upstream answered correlation id 7, expected 100",
             "closed: upstream sent a response nobody asked for",
             "closed: cannot rewrite upstream Heartbeat response",
+            "closed: cannot rewrite upstream Metadata response",
             } <= seen, seen
 
 
