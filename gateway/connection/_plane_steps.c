@@ -989,10 +989,12 @@ static PyObject *receive(PyObject *module, PyObject *const *args, Py_ssize_t nar
  * to end the lane with.
  */
 
-/* What the handlers take from gateway/connection/data_plane.py, given once by configure(): the
- * decoder's NEED_DATA, FrameError, NeedThrottle, the makers of a CloseConnection (reason, metric)
- * and of a failed write's error (lane, fd, OSError), and the sizes the reads and the quantum use. */
-static PyObject *NEED_DATA, *FRAME_ERROR, *NEED_THROTTLE, *CLOSE_ERROR, *WRITE_FAILED;
+/* What the handlers and the pairing take from gateway/connection/core.py, given once by
+ * configure_core() when it is imported: the decoder's NEED_DATA and FrameError, CloseConnection
+ * (made with (reason, metric)) and CodecError; and from gateway/connection/data_plane.py, given by
+ * configure(): NeedThrottle, the maker of a failed write's error (lane, fd, OSError), and the sizes
+ * the reads and the quantum use. */
+static PyObject *NEED_DATA, *FRAME_ERROR, *CLOSE_ERROR, *CODEC_ERROR, *NEED_THROTTLE, *WRITE_FAILED;
 static Py_ssize_t QUANTUM, RECV, RECV_FRAME, RECV_INTO_MIN, HEAD;
 static PyObject *S_cdec, *S_udec, *S_n_in, *S_n_out, *S_post, *S_to_come, *S_in_frame, *S_buffered, *S_next_frame,
     *S_dispatch, *S_append, *S_data, *S_last_read, *S_in_flight, *S_spec, *S_stream_response, *S_defer_from,
@@ -1412,27 +1414,20 @@ out:
  * the API's rewrite_response, if any, asked and answering None, or a new body) is completed here;
  * any other by conn._complete, the reference for every case. */
 
-static PyObject *PAIR_NEED_DATA, *PAIR_FRAME_ERROR, *PAIR_CLOSE, *PAIR_CODEC_ERROR;
 static PyObject *S__complete, *S_large, *S_merge, *S_quota, *S_header, *S_correlation_id, *S_rewrite_response,
     *S_api_key, *S_api_version, *S_flexible, *S_latency, *S_listener_name, *S_name, *S_sent_at,
     *S_listener, *S_node_map, *S__offload_response, *S__cluster, *S_timing_out_since, *S_answered,
     *S__check_correlation, *S_nobody_asked, *S_bad_frame;
 
-/* raise PAIR_CLOSE(reason, "upstream"): always -1 */
-static int pair_close(PyObject *reason)
-{
-    return raise_made(PyObject_CallFunctionObjArgs(PAIR_CLOSE, reason, S_upstream, NULL));
-}
-
-/* raise PAIR_CLOSE(prefix + str(error), "upstream"), both new references taken (NULL: making it
- * failed, its error is set): always -1 */
+/* raise CLOSE_ERROR(prefix + str(error), "upstream"), both new references taken (NULL: making
+ * it failed, its error is set): always -1 */
 static int pair_close_as(PyObject *error, PyObject *prefix)
 {
     PyObject *reason = error == NULL || prefix == NULL ? NULL : PyUnicode_FromFormat("%U%S", prefix, error);
     Py_XDECREF(error);
     Py_XDECREF(prefix);
     if (reason != NULL) {
-        pair_close(reason);
+        raise_close(reason, S_upstream);
         Py_DECREF(reason);
     }
     return -1;
@@ -1506,7 +1501,7 @@ static int complete_plain(PyObject *conn, PyObject *slot, PyObject *spec, PyObje
         Py_XDECREF(nodes);
         Py_XDECREF(at);
         if (body == NULL) {
-            if (PyErr_ExceptionMatches(PAIR_CODEC_ERROR)) {
+            if (PyErr_ExceptionMatches(CODEC_ERROR)) {
                 PyObject *error = take_error();
                 PyObject *spec_name = PyObject_GetAttr(spec, S_name);
                 pair_close_as(error, spec_name == NULL ? NULL
@@ -1616,8 +1611,8 @@ static int complete_one(PyObject *conn, PyObject *slot, PyObject *spec, PyObject
 
 static int complete_impl(PyObject *conn, PyObject *dec)
 {
-    if (PAIR_NEED_DATA == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "complete_responses: the pairing is not configured");
+    if (NEED_DATA == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "complete_responses: configure_core was not called");
         return -1;
     }
     PyObject *in_flight = PyObject_GetAttr(conn, S_in_flight);
@@ -1627,11 +1622,11 @@ static int complete_impl(PyObject *conn, PyObject *dec)
     for (;;) {
         PyObject *frame = PyObject_CallMethodNoArgs(dec, S_next_frame);
         if (frame == NULL) {
-            if (PyErr_ExceptionMatches(PAIR_FRAME_ERROR))
+            if (PyErr_ExceptionMatches(FRAME_ERROR))
                 pair_close_as(take_error(), Py_NewRef(S_bad_frame));
             goto out;
         }
-        if (frame == PAIR_NEED_DATA) {
+        if (frame == NEED_DATA) {
             Py_DECREF(frame);
             break;
         }
@@ -1639,7 +1634,7 @@ static int complete_impl(PyObject *conn, PyObject *dec)
         if (waiting <= 0) {
             Py_DECREF(frame);
             if (waiting == 0)
-                pair_close(S_nobody_asked);
+                raise_close(S_nobody_asked, S_upstream);
             goto out;
         }
         PyObject *slot = PyObject_CallMethodNoArgs(in_flight, S_popleft);
@@ -1700,26 +1695,6 @@ static PyObject *complete_responses(PyObject *module, PyObject *const *args, Py_
     if (completed < 0)
         return NULL;
     return Py_NewRef(completed ? Py_True : Py_False);
-}
-
-static PyObject *configure_pairing(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError,
-                        "configure_pairing(need_data, frame_error, close_error, codec_error) takes 4 arguments");
-        return NULL;
-    }
-    for (int i = 1; i < 4; i++) {
-        if (!PyType_Check(args[i])) {
-            PyErr_SetString(PyExc_TypeError, "configure_pairing: frame_error, close_error and codec_error are classes");
-            return NULL;
-        }
-    }
-    Py_XSETREF(PAIR_NEED_DATA, Py_NewRef(args[0]));
-    Py_XSETREF(PAIR_FRAME_ERROR, Py_NewRef(args[1]));
-    Py_XSETREF(PAIR_CLOSE, Py_NewRef(args[2]));
-    Py_XSETREF(PAIR_CODEC_ERROR, Py_NewRef(args[3]));
-    Py_RETURN_NONE;
 }
 
 /* Whether the upstream's next read is only a head (HEAD bytes): a response that may be spliced
@@ -1831,7 +1806,7 @@ out:
 
 static int handlers_ready(Py_ssize_t nargs, const char *name)
 {
-    if (NEED_DATA == NULL) {
+    if (NEED_DATA == NULL || WRITE_FAILED == NULL) {
         PyErr_Format(PyExc_RuntimeError, "%s: the handlers are not configured", name);
         return 0;
     }
@@ -1858,16 +1833,36 @@ HANDLER(read_upstream, read_upstream_impl(args[0], args[1]))
 HANDLER(process_client, process_client_impl(args[0], args[1]))
 HANDLER(flush_client, flush_client_impl(args[1]))
 
+static PyObject *configure_core(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure_core(need_data, frame_error, close_error, codec_error) takes 4 arguments");
+        return NULL;
+    }
+    for (int i = 1; i < 4; i++) {
+        if (!PyType_Check(args[i])) {
+            PyErr_SetString(PyExc_TypeError, "configure_core: frame_error, close_error and codec_error are classes");
+            return NULL;
+        }
+    }
+    Py_XSETREF(NEED_DATA, Py_NewRef(args[0]));
+    Py_XSETREF(FRAME_ERROR, Py_NewRef(args[1]));
+    Py_XSETREF(CLOSE_ERROR, Py_NewRef(args[2]));
+    Py_XSETREF(CODEC_ERROR, Py_NewRef(args[3]));
+    Py_RETURN_NONE;
+}
+
 static PyObject *configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "configure(need_data, frame_error, need_throttle, close_error, "
-                        "write_failed, quantum, recv, recv_frame, recv_into_min, head) takes 10 arguments");
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "configure(need_throttle, write_failed, quantum, recv, recv_frame, "
+                        "recv_into_min, head) takes 7 arguments");
         return NULL;
     }
     Py_ssize_t sizes[5];
     for (int i = 0; i < 5; i++) {
-        sizes[i] = PyLong_AsSsize_t(args[5 + i]);
+        sizes[i] = PyLong_AsSsize_t(args[2 + i]);
         if (sizes[i] == -1 && PyErr_Occurred())
             return NULL;
         if (sizes[i] <= 0) {
@@ -1875,15 +1870,12 @@ static PyObject *configure(PyObject *module, PyObject *const *args, Py_ssize_t n
             return NULL;
         }
     }
-    if (!PyType_Check(args[1]) || !PyType_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "configure: frame_error and need_throttle must be classes");
+    if (!PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "configure: need_throttle must be a class");
         return NULL;
     }
-    Py_XSETREF(NEED_DATA, Py_NewRef(args[0]));
-    Py_XSETREF(FRAME_ERROR, Py_NewRef(args[1]));
-    Py_XSETREF(NEED_THROTTLE, Py_NewRef(args[2]));
-    Py_XSETREF(CLOSE_ERROR, Py_NewRef(args[3]));
-    Py_XSETREF(WRITE_FAILED, Py_NewRef(args[4]));
+    Py_XSETREF(NEED_THROTTLE, Py_NewRef(args[0]));
+    Py_XSETREF(WRITE_FAILED, Py_NewRef(args[1]));
     QUANTUM = sizes[0];
     RECV = sizes[1];
     RECV_FRAME = sizes[2];
@@ -1908,8 +1900,8 @@ static PyMethodDef methods[] = {
     {"flush_client", (PyCFunction)(void (*)(void))flush_client, METH_FASTCALL,
      "flush_client(plane, lane): DataPlane._flush_client"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
-     "configure(need_data, frame_error, need_throttle, close_error, write_failed, quantum, recv, recv_frame, "
-     "recv_into_min, head): what the handlers take from the data plane"},
+     "configure(need_throttle, write_failed, quantum, recv, recv_frame, recv_into_min, head): what the "
+     "handlers take from the data plane"},
     {"complete_responses", (PyCFunction)(void (*)(void))complete_responses, METH_FASTCALL,
      "complete_responses(conn, decoder) -> bool: ConnectionCore.complete_responses"},
     {"observe", (PyCFunction)(void (*)(void))observe, METH_FASTCALL,
@@ -1920,8 +1912,9 @@ static PyMethodDef methods[] = {
      "configure_lane(lane_class): the lanes whose metrics() lane_metrics and the handlers count in C"},
     {"configure_metrics", (PyCFunction)(void (*)(void))configure_metrics, METH_FASTCALL,
      "configure_metrics(counter_child, histogram_child): the per-thread metrics children added to in C"},
-    {"configure_pairing", (PyCFunction)(void (*)(void))configure_pairing, METH_FASTCALL,
-     "configure_pairing(need_data, frame_error, close_error, codec_error): what the pairing raises and returns"},
+    {"configure_core", (PyCFunction)(void (*)(void))configure_core, METH_FASTCALL,
+     "configure_core(need_data, frame_error, close_error, codec_error): what the handlers and the pairing "
+     "return and raise"},
     {"write_queue", (PyCFunction)(void (*)(void))write_queue, METH_FASTCALL,
      "write_queue(fd, out) -> bytes written: out's chunks until it is empty or fd would block"},
     {NULL, NULL, 0, NULL},

@@ -813,5 +813,5 @@ try:
 except ImportError:  # pragma: no cover - a build without a compiler: the reference alone
     _pairing = None
 else:
-    _plane_steps.configure_pairing(NEED_DATA, FrameError, CloseConnection, CodecError)
+    _plane_steps.configure_core(NEED_DATA, FrameError, CloseConnection, CodecError)  # (the handlers' too)
     _pairing = _plane_steps.complete_responses

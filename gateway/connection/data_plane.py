@@ -235,13 +235,13 @@ class DataPlane:
         finally:
             self.running = False
             for lane in list({id(v): v for v in lanes.values()}.values()):
-                self._end(lane, ("closed", _close_error("gateway is shutting down", "shutdown")))
+                self._end(lane, ("closed", CloseConnection("gateway is shutting down", "shutdown")))
             while commands:  # lanes adopted or released after the last pass: answer them too
                 _fn, args = commands.popleft()
                 lane = args[0] if args and isinstance(args[0], Lane) else None
                 if lane is not None and not lane.closed:
                     lane.closed = True
-                    lane.post(("closed", _close_error("gateway is shutting down", "shutdown")))
+                    lane.post(("closed", CloseConnection("gateway is shutting down", "shutdown")))
                 elif lane is not None:
                     lane.post(("released",))
             self.pipes.close()
@@ -267,7 +267,7 @@ class DataPlane:
             self._end(lane, ("broken",))
         else:  # a bug in one connection's handling must not stop the thread
             log.error("data plane: connection failed", exc_info=e, extra=lane.conn.log_fields())
-            self._end(lane, ("closed", _close_error(f"internal error: {type(e).__name__}: {e}", "internal")))
+            self._end(lane, ("closed", CloseConnection(f"internal error: {type(e).__name__}: {e}", "internal")))
 
     # -------------------------------------------------------------- commands
     def _adopt(self, lane: Lane) -> None:
@@ -632,10 +632,5 @@ class DataPlane:
         set_masks(self, lane)
 
 
-def _close_error(reason: str, metric: str):
-    return CloseConnection(reason, metric)
-
-
 if handlers is not None:
-    handlers.configure(NEED_DATA, FrameError, NeedThrottle, _close_error, _write_failed, _QUANTUM, _RECV, _RECV_FRAME,
-                       _RECV_INTO_MIN, _HEAD)
+    handlers.configure(NeedThrottle, _write_failed, _QUANTUM, _RECV, _RECV_FRAME, _RECV_INTO_MIN, _HEAD)

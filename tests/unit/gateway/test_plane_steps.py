@@ -81,8 +81,7 @@ def test_the_c_handlers_refuse_wrong_arguments():
     with pytest.raises(TypeError, match="takes 2 arguments"):
         _plane_steps.process_client(object())
     with pytest.raises(ValueError, match="must be positive"):
-        _plane_steps.configure(data_plane.NEED_DATA, data_plane.FrameError, data_plane.NeedThrottle,
-                               data_plane._close_error, data_plane._write_failed, 0, 1, 1, 1, 1)
+        _plane_steps.configure(data_plane.NeedThrottle, data_plane._write_failed, 0, 1, 1, 1, 1)
 
 
 def test_chunks_of_every_bytes_like_kind_arrive_once_and_in_order(write_queue, pair):
