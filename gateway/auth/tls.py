@@ -309,7 +309,9 @@ def _describe_failure(exc: trio.BrokenResourceError, first: bytes) -> str:
             f"looks like {hint}: check its security.protocol)"
         )
     cause = exc.__cause__
-    if not isinstance(cause, ssl.SSLError) or isinstance(cause, ssl.SSLEOFError) or (
+    # (an EOF mid-handshake is an SSLEOFError, an UNEXPECTED_EOF reason or, with some OpenSSL
+    # builds, such as Debian's Python's, SSL_ERROR_ZERO_RETURN: SSLZeroReturnError)
+    if not isinstance(cause, ssl.SSLError) or isinstance(cause, (ssl.SSLEOFError, ssl.SSLZeroReturnError)) or (
         "UNEXPECTED_EOF" in _ssl_reason(cause)
     ):
         return "client closed the connection during the TLS handshake" + (
