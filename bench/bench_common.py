@@ -42,15 +42,16 @@ class BenchError(RuntimeError):
 
 # --------------------------------------------------------------------------- A/B helpers
 @contextlib.contextmanager
-def worktree(commit: str, where: Path):
+def worktree(commit: str, where: Path, python: str | None = None):
     """``commit`` checked out, detached, at ``where / "base"`` for the block (the code an A/B
     compares the working tree with), its C part built as ``make setup`` builds the working
-    tree's (a commit with a ``setup.py``: else the two sides would not run the same code); the
-    worktree is removed after it."""
+    tree's (a commit with a ``setup.py``: else the two sides would not run the same code), by
+    ``python`` (the interpreter that will run it; this one by default); the worktree is removed
+    after it."""
     tree = where / "base"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(tree), commit], check=True)
     try:
-        build_native(tree)
+        build_native(tree, python)
         yield tree
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)

@@ -6,6 +6,7 @@ Run by hand before submitting a change to the request path (not part of the test
     .venv/bin/python bench/regress.py --against HEAD~1
     .venv/bin/python bench/regress.py --against 6f620b7 --rounds 6 --records 200000
     .venv/bin/python bench/regress.py --against HEAD~1 --no-authz     # kgw as a plain proxy
+    .venv/bin/python bench/regress.py --against HEAD --base-python /tmp/other-venv/bin/python  # two interpreters
 
 It checks the commit out into a temporary git worktree, starts one tansu broker and, in front
 of it, two ``kgw run`` processes: ``base`` (the commit's code) and ``work`` (this working
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -49,14 +51,14 @@ from bench_common import (REPO, BenchError, CpuMeter, consume_throughput, create
 from tests.support.cluster import base_gateway_config, deep_merge, launch_gateway  # noqa: E402
 
 
-def _gateway(name: str, tansu_port: int, work: Path, code: Path | None, acls: int):
+def _gateway(name: str, tansu_port: int, work: Path, code: Path | None, acls: int, python: str | None):
     meta = work / f"{name}-meta"
     extra: dict = {"logging": {"level": "WARNING"}}
     if acls:
         seed_acls(meta, acls)
         extra["authorizer"] = {"class_name": "authz.standard_authorizer:StandardAuthorizer"}
     config = deep_merge(base_gateway_config(f"127.0.0.1:{tansu_port}", meta), extra)
-    return launch_gateway(name, config, work, code=code)
+    return launch_gateway(name, config, work, code=code, python=python)
 
 
 def main() -> int:
@@ -69,6 +71,10 @@ def main() -> int:
     ap.add_argument("--no-authz", action="store_true")
     ap.add_argument("--only", choices=("produce", "consume", "small"), action="append",
                     help="run only these workloads (repeatable)")
+    ap.add_argument("--base-python", metavar="PYTHON",
+                    help="run the base gateway on this interpreter (one with kgw's dependencies installed, "
+                         "e.g. another virtualenv's bin/python); default: this one")
+    ap.add_argument("--work-python", metavar="PYTHON", help="the same for the working tree's gateway")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     acls = 0 if args.no_authz else args.acls
@@ -79,13 +85,16 @@ def main() -> int:
     print(f"base = {commit}, work = {head}{' + uncommitted changes' if dirty else ''}; "
           f"{'no authorizer' if not acls else f'StandardAuthorizer, {acls} ACLs'}; load {load_text()}; "
           f"{platform.processor() or platform.machine()}, Python {platform.python_version()}", flush=True)
+    for side, python in (("base", args.base_python), ("work", args.work_python)):
+        if python:
+            print(f"{side} runs on {python} ({os.path.realpath(python)})", flush=True)
     with scratch("kgw-regress-") as (work, procs):  # stops what is in procs, removes work
-        with worktree(args.against, work) as tree:  # removed once the gateways below have stopped
+        with worktree(args.against, work, args.base_python) as tree:  # removed once the gateways below have stopped
             try:
                 tansu, port = start_tansu(work)
                 procs.append(tansu)
-                sides = {"base": _gateway("base", port, work, tree, acls),
-                         "work": _gateway("work", port, work, None, acls)}
+                sides = {"base": _gateway("base", port, work, tree, acls, args.base_python),
+                         "work": _gateway("work", port, work, None, acls, args.work_python)}
                 # one topic both sides consume, written once straight to the broker: the broker serves
                 # the same data to both (per-side topics let the broker's own state differ between them)
                 shared = f"bench-regress-consume-{time.monotonic_ns()}"

@@ -194,9 +194,12 @@ def launch_gateway(
     args: tuple[str, ...] = (),
     code: Path | None = None,
     open_files: int | None = None,
+    python: str | None = None,
 ) -> Gateway:
     """Write ``config``, run ``kgw run --config`` and wait for ``ready``; ``code``: run that
-    checkout of kgw instead of this one (``python -m gateway.cli`` from it); ``open_files``:
+    checkout of kgw instead of this one (``python -m gateway.cli`` from it); ``python``: run it
+    on that interpreter (``python -m gateway.cli``; one whose environment has kgw's
+    dependencies, e.g. another virtualenv's); ``open_files``:
     the process' open-file limit (``ulimit -n``; the same process id, stopped by it).
 
     The readiness protocol: one ``listening: NAME host:port`` line per
@@ -204,8 +207,10 @@ def launch_gateway(
     ...`` while /readyz is 503).
     """
     config_path = write_config(work_dir / f"{name}.yaml", config)
-    argv = gateway_argv(config_path) if code is None else [sys.executable, "-m", "gateway.cli", "run", "--config",
-                                                            str(config_path)]
+    if code is None and python is None:
+        argv = gateway_argv(config_path)
+    else:
+        argv = [python or sys.executable, "-m", "gateway.cli", "run", "--config", str(config_path)]
     if open_files is not None:  # set the limit, then become kgw (exec: the same process id)
         argv = [sys.executable, "-c", "import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, "
                 f"({open_files}, {open_files})); os.execv(sys.argv[1], sys.argv[1:])", *argv]

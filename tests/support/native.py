@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 
-def build_native(tree: Path) -> None:
-    """Build ``tree``'s C extension in place with setup.py (a checkout without one has none)."""
+def build_native(tree: Path, python: str | None = None) -> None:
+    """Build ``tree``'s C extension in place with setup.py (a checkout without one has none), by
+    ``python`` (the interpreter that will run it; this one by default)."""
     if (tree / "setup.py").exists():
-        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--force"], cwd=tree,
+        subprocess.run([python or sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--force"], cwd=tree,
                        check=True, capture_output=True, timeout=300)
