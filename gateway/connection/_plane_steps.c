@@ -1411,13 +1411,64 @@ out:
  * ConnectionCore.complete_responses (complete_responses_python, its reference): every whole
  * upstream response paired with the oldest request in flight.  A response that needs nothing but
  * its bytes checked and passed on (no merge, no quota, a response header without tagged fields;
- * the API's rewrite_response, if any, asked and answering None, or a new body) is completed here;
+ * the API's rewrite_response, if any, asked and answering None, or a new body, unless its
+ * response_tags found nothing it could rewrite) is completed here;
  * any other by conn._complete, the reference for every case. */
 
 static PyObject *S__complete, *S_large, *S_merge, *S_quota, *S_header, *S_correlation_id, *S_rewrite_response,
     *S_api_key, *S_api_version, *S_flexible, *S_latency, *S_listener_name, *S_name, *S_sent_at,
     *S_listener, *S_node_map, *S__offload_response, *S__cluster, *S_timing_out_since, *S_answered,
-    *S__check_correlation, *S_nobody_asked, *S_bad_frame;
+    *S__check_correlation, *S_nobody_asked, *S_bad_frame, *S__latency, *S_response_tags;
+
+/* metrics.latency(listener, name): the child GatewayMetrics keeps in its _latency dict when it is
+ * there (what the method returns), else the method's (a new reference; NULL: an error is set) */
+static PyObject *latency_child(PyObject *metrics, PyObject *listener, PyObject *name)
+{
+    PyObject *cache = PyObject_GetAttr(metrics, S__latency);
+    if (cache == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
+        PyErr_Clear();
+    } else {
+        PyObject *child = NULL;
+        if (PyDict_CheckExact(cache)) {
+            PyObject *key = PyTuple_Pack(2, listener, name);
+            if (key == NULL) {
+                Py_DECREF(cache);
+                return NULL;
+            }
+            child = PyDict_GetItemWithError(cache, key);
+            Py_DECREF(key);
+            Py_XINCREF(child);
+        }
+        Py_DECREF(cache);
+        if (child != NULL || PyErr_Occurred())
+            return child;
+    }
+    return call_method(metrics, S_latency, listener, name);
+}
+
+/* Whether spec.rewrite_response need not be asked about a flexible response: its API's
+ * response_tags(frame, offset, version) said False (no top-level tagged field, so the rewrite
+ * would answer None).  1, 0 (ask it), or -1 with an error set. */
+static int rewrite_needless(PyObject *spec, PyObject *frame, PyObject *at, PyObject *version)
+{
+    PyObject *tags = PyObject_GetAttr(spec, S_response_tags);
+    if (tags == NULL)
+        return -1;
+    if (tags == Py_None) {
+        Py_DECREF(tags);
+        return 0;
+    }
+    PyObject *args[3] = {frame, at, version};
+    PyObject *r = PyObject_Vectorcall(tags, args, 3, NULL);
+    Py_DECREF(tags);
+    if (r == NULL)
+        return -1;
+    int needless = r == Py_False;
+    Py_DECREF(r);
+    return needless;
+}
 
 /* raise CLOSE_ERROR(prefix + str(error), "upstream"), both new references taken (NULL: making
  * it failed, its error is set): always -1 */
@@ -1463,7 +1514,7 @@ static int complete_plain(PyObject *conn, PyObject *slot, PyObject *spec, PyObje
     PyObject *metrics = PyObject_GetAttr(conn, S_metrics);
     PyObject *listener = metrics == NULL ? NULL : PyObject_GetAttr(conn, S_listener_name);
     PyObject *name = listener == NULL ? NULL : PyObject_GetAttr(spec, S_name);
-    PyObject *child = name == NULL ? NULL : call_method(metrics, S_latency, listener, name);
+    PyObject *child = name == NULL ? NULL : latency_child(metrics, listener, name);
     Py_XDECREF(metrics);
     Py_XDECREF(listener);
     Py_XDECREF(name);
@@ -1493,7 +1544,10 @@ static int complete_plain(PyObject *conn, PyObject *slot, PyObject *spec, PyObje
             at = PyLong_FromSsize_t(off);
         }
         body = NULL;
-        if (at != NULL) {
+        int needless = at == NULL ? -1 : flexible ? rewrite_needless(spec, frame, at, version) : 0;
+        if (needless > 0) {
+            body = Py_NewRef(Py_None);
+        } else if (needless == 0) {
             PyObject *args[4] = {version, frame, at, nodes};
             body = PyObject_Vectorcall(rewrite, args, 4, NULL);
         }
@@ -1966,7 +2020,8 @@ PyMODINIT_FUNC PyInit__plane_steps(void)
     if (intern(&S__complete, "_complete") || intern(&S_large, "large") || intern(&S_merge, "merge")
         || intern(&S_quota, "quota") || intern(&S_header, "header") || intern(&S_correlation_id, "correlation_id")
         || intern(&S_rewrite_response, "rewrite_response") || intern(&S_api_key, "api_key")
-        || intern(&S_api_version, "api_version") || intern(&S_flexible, "flexible") || intern(&S_latency, "latency")
+        || intern(&S_api_version, "api_version") || intern(&S_flexible, "flexible") || intern(&S_latency, "latency") || intern(&S__latency, "_latency")
+        || intern(&S_response_tags, "response_tags")
         || intern(&S_listener_name, "listener_name") || intern(&S_name, "name") || intern(&S_observe, "observe")
         || intern(&S_sent_at, "sent_at") || intern(&S_listener, "listener") || intern(&S_node_map, "node_map")
         || intern(&S__offload_response, "_offload_response") || intern(&S__cluster, "_cluster")

@@ -166,3 +166,8 @@ class ApiSpec:
     #: answers it from the connection's decision memo only (a remembered allowance); anything
     #: else goes through ``enforce``.
     sole_action: Callable[[RequestHeader, RequestInfo, dict[Any, Any], Any], Any] | None = None
+    #: (frame, offset, version) of a flexible response body -> False when it ends with no tagged
+    #: field, and ``rewrite_response``, which rewrites only those, would answer None; True or None
+    #: (not known): ask ``rewrite_response``.  The data plane's C pairing asks this first, a C
+    #: function where built, so the usual response costs no Python call.
+    response_tags: Callable[[Any, int, int], bool | None] | None = None

@@ -495,4 +495,4 @@ def _peek(header: RequestHeader, frame: memoryview) -> RequestInfo:
 
 
 SPECS = (ApiSpec(0, "Produce", _inspect, _rewrite, enforce=_enforce, peek=_peek, versions=(3, 13),
-                 sole_action=_sole_action),)
+                 sole_action=_sole_action, response_tags=_native_response_tags),)

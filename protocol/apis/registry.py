@@ -62,12 +62,14 @@ def _merge(base: ApiSpec | None, spec: ApiSpec) -> ApiSpec:
     versions = spec.versions or base.versions
     if base.versions is not None and spec.versions is not None:  # both declare: the overlap
         versions = (max(base.versions[0], spec.versions[0]), min(base.versions[1], spec.versions[1]))
+    rewriter = spec if spec.rewrite_response is not None else base  # (its response_tags speaks for its rewrite)
     return replace(
         base,
         versions=versions,
         name=spec.name,
         inspect=spec.inspect if spec.inspect is not inspect_decoded else base.inspect,
-        rewrite_response=spec.rewrite_response or base.rewrite_response,
+        rewrite_response=rewriter.rewrite_response,
+        response_tags=rewriter.response_tags,
         answered_locally=spec.answered_locally or base.answered_locally,
         enforce=spec.enforce or base.enforce,
         answer=spec.answer or base.answer,
@@ -90,6 +92,8 @@ def _build() -> Mapping[int, ApiSpec]:
         for spec in module.SPECS:
             if spec.sole_action is not None and spec.enforce is None:  # it stands for that enforcement
                 raise RuntimeError(f"API {spec.api_key} ({spec.name}): a sole action without its enforcement")
+            if spec.response_tags is not None and spec.rewrite_response is None:  # it speaks for that rewrite
+                raise RuntimeError(f"API {spec.api_key} ({spec.name}): response tags without a response rewrite")
             table[spec.api_key] = _merge(table.get(spec.api_key), spec)
     table[18] = ApiSpec(18, "ApiVersions", inspect_decoded, answered_locally=True, versions=(0, 4))
     for key, spec in list(table.items()):

@@ -43,14 +43,16 @@ def _rewrite_failing(_version, _frame, _off, _nodes):
 
 def _specs() -> list:
     produce, metadata = REGISTRY[0], REGISTRY[3]
-    plain = dataclasses.replace(produce, api_key=10, name="FindCoordinator", rewrite_response=None)
+    other = dataclasses.replace(produce, response_tags=None)  # (Produce's check is for Produce's rewrite)
+    plain = dataclasses.replace(other, api_key=10, name="FindCoordinator", rewrite_response=None)
     return [
-        produce,  # Produce: its rewrite looks for tags (v10+) and answers None on the usual response
+        produce,  # Produce: its rewrite looks for tags (v10+) and answers None on the usual response;
+        # the C pairing asks its response_tags first (random bodies: False, True or not known)
         metadata,  # Metadata: its rewrite decodes the body (random bytes: a CodecError, never an abort)
         plain,  # no rewrite at all
-        dataclasses.replace(produce, api_key=11, name="JoinGroup", rewrite_response=_rewrite_to(b"\x01\x02new")),
-        dataclasses.replace(produce, api_key=12, name="Heartbeat", rewrite_response=_rewrite_refusing),
-        dataclasses.replace(produce, api_key=13, name="LeaveGroup", rewrite_response=_rewrite_failing),
+        dataclasses.replace(other, api_key=11, name="JoinGroup", rewrite_response=_rewrite_to(b"\x01\x02new")),
+        dataclasses.replace(other, api_key=12, name="Heartbeat", rewrite_response=_rewrite_refusing),
+        dataclasses.replace(other, api_key=13, name="LeaveGroup", rewrite_response=_rewrite_failing),
     ]
 
 
@@ -296,3 +298,71 @@ def test_another_kind_of_lane_counts_with_its_own_metrics():
     counted = []
     _plane_steps.lane_metrics(SimpleNamespace(deferred=[1, 2], metrics=lambda: counted.append(True)))
     assert counted == [True]
+
+
+def _flexible_case(gw, spec, bodies: list[bytes]):
+    """A core with one flexible (v10) request of ``spec`` in flight per body, and their responses."""
+    core = _core(gw)
+    core._cluster = SimpleNamespace(timing_out_since=None)
+    slots, data = [], b""
+    for i, body in enumerate(bodies):
+        slot = Slot(RequestHeader(spec.api_key, 10, 100 + i, "c", 10, True), spec, None, 1.0, 2.0)
+        slots.append(slot)
+        core.in_flight.append(slot)
+        core.pending.append(slot)
+        frame = struct.pack(">i", 100 + i) + b"\x00" + body  # the response header: no tagged field
+        data += struct.pack(">i", len(frame)) + frame
+    decoder = FrameDecoder(1 << 20, trusted=True)
+    decoder.receive_data(data)
+    return core, decoder, slots
+
+
+def test_the_pairing_in_c_asks_no_rewrite_its_response_tags_rule_out():
+    """ApiSpec.response_tags False: the rewrite would answer None, so the C pairing does not ask it
+    (Produce's usual answer costs no Python call); True or None: it asks; the reference always
+    asks; both leave the same answers."""
+    gw = _gateway()
+    said = {b"A": False, b"B": True, b"C": None}
+    for run, asked in ((pairing, [b"B", b"C"]), (core_module.ConnectionCore.complete_responses_python,
+                                                 [b"A", b"B", b"C"])):
+        calls, checked = [], []
+
+        def rewrite(_version, frame, off, _nodes):
+            calls.append(bytes(frame[off:]))
+            return b"new" if bytes(frame[off:]) == b"B" else None
+
+        def tags(frame, off, version):
+            checked.append((bytes(frame[off:]), version))
+            return said[bytes(frame[off:])]
+
+        spec = dataclasses.replace(REGISTRY[0], api_key=11, name="JoinGroup", rewrite_response=rewrite,
+                                   response_tags=tags)
+        core, decoder, slots = _flexible_case(gw, spec, [b"A", b"B", b"C"])
+        assert run(core, decoder) is True
+        assert calls == asked
+        if run is pairing:
+            assert checked == [(b"A", 10), (b"B", 10), (b"C", 10)]
+        assert [bytes(s.data)[9:] for s in slots] == [b"A", b"new", b"C"]
+
+
+def test_the_pairing_in_c_takes_a_known_latency_child_without_the_method(monkeypatch):
+    """The C pairing finds the latency child GatewayMetrics keeps per (listener, API) itself; it
+    asks metrics.latency only for one not made yet."""
+    gw = _gateway()
+    spec = dataclasses.replace(REGISTRY[0], api_key=10, name="FindCoordinator", rewrite_response=None)
+    core, decoder, _slots = _flexible_case(gw, spec, [b"A"])
+    asked = []
+    made = type(gw.metrics).latency
+
+    def latency(self, listener, api):
+        asked.append(api)
+        return made(self, listener, api)
+
+    monkeypatch.setattr(type(gw.metrics), "latency", latency)
+    before = _latency_counts(gw).get("FindCoordinator", 0)
+    assert pairing(core, decoder) is True
+    assert asked == ["FindCoordinator"]  # not made yet: the method makes it
+    core, decoder, _slots = _flexible_case(gw, spec, [b"B", b"C"])
+    assert pairing(core, decoder) is True
+    assert asked == ["FindCoordinator"]  # known: taken from the metrics' own cache
+    assert _latency_counts(gw)["FindCoordinator"] == before + 3

@@ -238,6 +238,36 @@ def test_produce_response_walk_in_c_agrees_with_the_full_walk(version):
                 assert has_top_level_tags(version, short, 0) is expected
 
 
+@pytest.mark.parametrize("version", [9, 10, 11, 12, 13])
+def test_produce_response_tags_false_means_its_rewrite_answers_none(version):
+    """ApiSpec.response_tags' contract, which lets the data plane's C pairing skip the rewrite:
+    where Produce's says False, its rewrite_response answers None (on whole, cut and damaged
+    responses); and, where it knows, False on a response without endpoints, True on one with them."""
+    import random
+
+    from protocol.apis.registry import REGISTRY
+
+    spec = REGISTRY[0]  # (what the request path reads: the registry keeps the check with its rewrite)
+    assert spec.response_tags is PRODUCE[0].response_tags is not None
+    assert spec.rewrite_response is PRODUCE[0].rewrite_response
+    rng = random.Random(version * 7)
+    said = set()
+    for case in range(40):
+        body = _random_produce_response(rng, max(version, 10), endpoints=case % 2 == 0)
+        variants = [body, body[: rng.randrange(len(body) + 1)]]
+        raw = bytearray(body)
+        raw[rng.randrange(len(raw))] = rng.randrange(256)
+        variants.append(memoryview(bytes(raw)))
+        for frame in variants:
+            tags = spec.response_tags(frame, 0, version)
+            said.add(tags)
+            if tags is False:
+                assert spec.rewrite_response(version, frame, 0, FakeNodes()) is None
+        if version >= 10:  # (None: a shape the C walk leaves to the reference)
+            assert spec.response_tags(body, 0, version) in (None, case % 2 == 0)
+    assert {False, True} <= said
+
+
 @pytest.mark.parametrize("version", [10, 13])
 def test_usual_produce_response_is_walked_in_c(version, monkeypatch):
     """The answer to an ordinary produce (topics, partitions, no record errors or tags) never

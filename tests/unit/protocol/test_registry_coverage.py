@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from protocol.apis.registry import LOCAL_KEYS, REGISTRY
 
 #: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs: their own issue (config APIs).
@@ -124,3 +126,29 @@ def test_api_versions_keeps_the_upstream_features_at_every_version():
         if version >= 3:
             assert [f.name for f in response.supported_features] == ["metadata.version"]
             assert response.finalized_features_epoch == 7
+
+
+def test_a_response_check_stays_with_the_rewrite_it_speaks_for(monkeypatch):
+    """ApiSpec.response_tags lets the C pairing skip its rewrite_response: merged specs keep the
+    check of the spec whose rewrite they keep (a newer rewrite without one is always asked), and a
+    check without a rewrite is refused."""
+    import dataclasses
+
+    from protocol.apis import produce, registry
+
+    def tags(_frame, _off, _version):
+        return False
+
+    def other_rewrite(_version, _frame, _off, _nodes):
+        return b"rewritten"
+
+    base = dataclasses.replace(produce.SPECS[0], response_tags=tags)
+    enforcing_only = dataclasses.replace(base, rewrite_response=None, response_tags=None, enforce=None)
+    kept = registry._merge(base, enforcing_only)
+    assert kept.rewrite_response is base.rewrite_response and kept.response_tags is tags
+    replaced = registry._merge(base, dataclasses.replace(enforcing_only, rewrite_response=other_rewrite))
+    assert replaced.rewrite_response is other_rewrite and replaced.response_tags is None
+    monkeypatch.setattr(produce, "SPECS", (dataclasses.replace(produce.SPECS[0], rewrite_response=None),))
+    monkeypatch.setattr(registry, "_MODULES", (produce,))
+    with pytest.raises(RuntimeError, match="response tags without a response rewrite"):
+        registry._build()
