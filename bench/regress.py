@@ -74,7 +74,8 @@ def main() -> int:
     ap.add_argument("--base-python", metavar="PYTHON",
                     help="run the base gateway on this interpreter (one with kgw's dependencies installed, "
                          "e.g. another virtualenv's bin/python); default: this one")
-    ap.add_argument("--work-python", metavar="PYTHON", help="the same for the working tree's gateway")
+    ap.add_argument("--work-python", metavar="PYTHON",
+                    help="the same for the working tree's gateway (its C parts as built in this tree)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     acls = 0 if args.no_authz else args.acls
