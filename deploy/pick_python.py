@@ -56,10 +56,9 @@ def _run(python: str, code: str) -> str | None:
     return out.stdout.strip()
 
 
-def candidates(first: str) -> list[str]:
-    """``first`` (python3 on the PATH), then the other interpreters of its version found, each once
-    (by the file it runs)."""
-    version = _run(first, "import sys; print('%d.%d' % sys.version_info[:2])")
+def candidates(first: str, version: str | None) -> list[str]:
+    """``first`` (python3 on the PATH), then the other interpreters of its ``version`` found, each
+    once (by the file it runs)."""
     names = [first]
     if version:
         found = shutil.which(f"python{version}")
@@ -85,8 +84,8 @@ def pick(first: str | None = None, found: list[str] | None = None,
     first = first or shutil.which("python3") or sys.executable
     probe = _run(first, _PROBE)
     want = probe.split()[1] if probe else None
-    for python in candidates(first) if found is None else found:
-        info = _run(python, _PROBE)
+    for python in candidates(first, want) if found is None else found:
+        info = probe if python == first else _run(python, _PROBE)
         if info is None:
             say(f"pick_python: {python}: does not run")
             continue
