@@ -1,7 +1,7 @@
-"""``python -m gateway.cli``: the ``kgw`` command."""
+"""``python -m gateway.cli``: the ``kgw`` command (workers are started this way too)."""
 
 import sys
 
-from gateway.cli.main import main
+from gateway.cli.entry import main
 
 sys.exit(main())

@@ -600,17 +600,7 @@ def _tool_commands():
 _TOOL_COMMANDS = _tool_commands()
 
 
-def _skip_test_only_hooks() -> None:
-    """kio registers a Hypothesis strategy for each of its types at import whenever Hypothesis
-    is importable (a test-only dependency, present in development installs); that costs about
-    half a second of every start and the gateway never uses it.  Only before kio is loaded,
-    and only when nothing in this process already uses Hypothesis (a test run calling main())."""
-    if "hypothesis" not in sys.modules and "kio.static._phantom" not in sys.modules:
-        sys.modules["hypothesis"] = None  # type: ignore[assignment]  # makes `import hypothesis` fail
-
-
 def main(argv: list[str] | None = None) -> int:
-    _skip_test_only_hooks()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
