@@ -385,6 +385,33 @@ def _recv_exact(sock: socket.socket, n: int,
     return bytes(buf)
 
 
+def _short_client_requests() -> bytes:
+    """What a client's first connection sends: ApiVersions, then Metadata for no topic (the
+    brokers only), pipelined as librdkafka does once it knows the versions."""
+    from gateway.upstream.cluster import encode_request
+    from protocol.codecs import make, request_class
+
+    metadata = encode_request(3, 12, 2, make(request_class(3, 12), topics=(), allow_auto_topic_creation=False,
+                                             include_topic_authorized_operations=False))
+    return _api_versions_request(1) + metadata
+
+
+def connection_churn(bootstrap: str, n: int) -> dict:
+    """``n`` short-lived clients, one after another: each connects, sends ApiVersions and a
+    Metadata for no topic (forwarded: kgw connects upstream and hands the connection to its data
+    plane), reads both answers and closes.  Returns the wall time per connection."""
+    host, port = bootstrap.rsplit(":", 1)
+    requests = _short_client_requests()
+    started = time.perf_counter()
+    for _ in range(n):
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(requests)
+            for _answer in range(2):
+                (size,) = struct.unpack(">i", _recv_exact(s, 4, "gateway closed a short-lived client's connection"))
+                _recv_exact(s, size, "gateway closed a short-lived client's connection")
+    return {"connections": n, "ms_per_connection": (time.perf_counter() - started) / n * 1000.0}
+
+
 def open_idle_connections(port: int, count: int, socks: list[socket.socket]) -> None:
     """Open ``count`` connections to the gateway, one ApiVersions round trip each; appended to ``socks``."""
     for i in range(count):

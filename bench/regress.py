@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The working tree against a commit, on consume, produce and small requests, in one interleaved run.
+"""The working tree against a commit, on consume, produce, small requests and short-lived clients, in one interleaved run.
 
 Run by hand before submitting a change to the request path (not part of the test suite)::
 
@@ -20,7 +20,10 @@ of ``--rounds`` rounds, in an order that alternates from round to round:
   16 MiB: large Fetch responses) and its gateway CPU seconds;
 * small requests: one-record produces each followed by ``flush()``, one request per side in
   turn, in a shuffled order (``produce_latency_interleaved``), p50 and p99, and the gateway's CPU per request
-  (micro-seconds).
+  (micro-seconds);
+* short-lived clients (``connect``): ``--connections`` connections, one after another, each
+  ApiVersions and a Metadata for no topic, then closed (``connection_churn``): wall time and the
+  gateway's CPU per connection (micro-seconds).
 
 CPU is read per thread in nanoseconds (``bench_common.CpuMeter``), from /proc's clock ticks only
 when a thread began or ended during the measurement (the ticks made a consume's 0.07 s a figure of
@@ -45,8 +48,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import (REPO, BenchError, CpuMeter, consume_throughput, create_topics, load_text,  # noqa: E402
-                          produce_latency_interleaved, produce_throughput, scratch, seed_acls, start_tansu, tree_state,
+from bench_common import (REPO, BenchError, CpuMeter, connection_churn, consume_throughput,  # noqa: E402
+                          create_topics, load_text, produce_latency_interleaved, produce_throughput, scratch, seed_acls, start_tansu, tree_state,
                           worktree)
 from tests.support.cluster import base_gateway_config, deep_merge, launch_gateway  # noqa: E402
 
@@ -67,9 +70,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--records", type=int, default=100_000, help="records produced, then consumed, per round")
     ap.add_argument("--latency", type=int, default=1500, help="small requests per side per round")
+    ap.add_argument("--connections", type=int, default=300, help="short-lived clients per side per round")
     ap.add_argument("--acls", type=int, default=1000)
     ap.add_argument("--no-authz", action="store_true")
-    ap.add_argument("--only", choices=("produce", "consume", "small"), action="append",
+    ap.add_argument("--only", choices=("produce", "consume", "small", "connect"), action="append",
                     help="run only these workloads (repeatable)")
     ap.add_argument("--base-python", metavar="PYTHON",
                     help="run the base gateway on this interpreter (one with kgw's dependencies installed, "
@@ -79,7 +83,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     acls = 0 if args.no_authz else args.acls
-    only = set(args.only or ("produce", "consume", "small"))
+    only = set(args.only or ("produce", "consume", "small", "connect"))
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", args.against], check=True,
                             capture_output=True, text=True).stdout.strip()
     head, dirty = tree_state()
@@ -120,6 +124,11 @@ def main() -> int:
                             consumed = consume_throughput(gw.bootstrap, shared, args.records, 120)
                             figures[side]["consume_mb_s"] = consumed["mb_s"]
                             figures[side]["consume_cpu_s"] = meter.elapsed()
+                        if "connect" in only:
+                            meter = CpuMeter(gw.process.pid)
+                            churn = connection_churn(gw.bootstrap, args.connections)
+                            figures[side]["connect_ms"] = churn["ms_per_connection"]
+                            figures[side]["connect_cpu_us"] = meter.elapsed() / args.connections * 1e6
                     if "small" in only:
                         topic = f"bench-regress-latency-{r}-{time.monotonic_ns()}"
                         for gw in sides.values():
