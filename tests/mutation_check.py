@@ -696,6 +696,13 @@ MUTATIONS = (
              "        return not sinks and not audit_logger.isEnabledFor(logging.DEBUG)",
              "        return not audit_logger.isEnabledFor(logging.DEBUG)",
              ("tests/unit/authz/test_standard_authorizer.py",)),
+    Mutation("TLS: a stalled handshake held past the authentication deadline", "gateway/connection/client.py",
+             "            if security.ssl_context is None:  # no handshake: nothing awaited, nothing to time",
+             "            if True:  # no handshake: nothing awaited, nothing to time",
+             ("tests/unit/gateway/test_connection_deadlines.py",)),
+    Mutation("upstream: a refused connect's socket left open", "gateway/upstream/cluster.py",
+             "    except OSError as e:\n        sock.close()\n", "    except OSError as e:\n",
+             ("tests/unit/gateway/test_connection_setup.py",)),
 )
 
 

@@ -27,7 +27,8 @@ from protocol.apis.base import ApiSpec, RefuseRequest
 from protocol.framing import NEED_DATA, FrameDecoder
 from protocol.headers import RequestHeader
 from gateway.auth.authentication import AuthenticationFailed
-from gateway.connection.fast_io import discard_until_closed, fast_stream, half_close, receive, trio_deadline
+from gateway.connection.fast_io import (close_stream, discard_until_closed, fast_stream, half_close, receive,
+                                        trio_deadline)
 from gateway.auth.tls import release_tls_stream, sni_node_id
 from gateway.upstream.cluster import UpstreamUnavailable
 from gateway.connection.upstream_queries import settle
@@ -63,9 +64,13 @@ class ClientConnection(ConnectionCore):
     async def run(self) -> None:
         if self.gw.draining:
             return  # accepted just as the gateway began to stop
+        security = self.listener.security
         try:
-            with trio.fail_at(trio_deadline(self._auth_deadline)):
-                self.stream, self.auth = await self.listener.security.accept(self.stream, self.peer[0])
+            if security.ssl_context is None:  # no handshake: nothing awaited, nothing to time
+                self.stream, self.auth = await security.accept(self.stream, self.peer[0])
+            else:
+                with trio.fail_at(trio_deadline(self._auth_deadline)):
+                    self.stream, self.auth = await security.accept(self.stream, self.peer[0])
         except AuthenticationFailed:
             return  # logged and counted by the listener's security
         except trio.TooSlowError:
@@ -105,7 +110,7 @@ class ClientConnection(ConnectionCore):
             release_tls_stream(self.stream)
             if self._upstream is not None:
                 release_tls_stream(self._upstream)  # kgw's own TLS towards the broker, if any
-                await trio.aclose_forcefully(self._upstream)
+                await close_stream(self._upstream)
 
     def _closing(self, reasons) -> bool:
         """Count and log why the connection closes; True when the client was answered first.

@@ -32,7 +32,7 @@ import trio
 
 from protocol.framing import FrameDecoder
 
-__all__ = ["FastStream", "discard_until_closed", "fast_stream", "half_close", "receive", "trio_deadline"]
+__all__ = ["FastStream", "close_stream", "discard_until_closed", "fast_stream", "half_close", "receive", "trio_deadline"]
 
 _RECV = 256 * 1024
 _RECV_INTO_MIN = 64 * 1024
@@ -101,6 +101,18 @@ class FastStream:
 
     async def aclose(self) -> None:
         await self.stream.aclose()
+
+
+async def close_stream(stream: trio.abc.Stream) -> None:
+    """Close a connection's stream for good, as ``trio.aclose_forcefully`` does, without its
+    cost where nothing is left to say: a plain TCP stream's socket is closed at once
+    (``aclose_forcefully`` is a cancel scope and a checkpoint made to raise Cancelled, about six
+    times a socket's close, paid twice by every connection); a TLS stream is closed forcefully."""
+    plain = stream.stream if type(stream) is FastStream else stream
+    if type(plain) is trio.SocketStream:
+        plain.socket.close()
+    else:
+        await trio.aclose_forcefully(stream)
 
 
 def fast_stream(stream: trio.abc.Stream):

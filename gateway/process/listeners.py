@@ -41,6 +41,7 @@ import trio
 from gateway.connection.client import ClientConnection
 from gateway.auth.authentication import ListenerSecurity
 from gateway.connection.data_plane import on_trio_thread
+from gateway.connection.fast_io import close_stream
 from gateway.logs import fields
 from protocol.proxy_protocol import ProxyHeaderError, ProxyHeaderReader
 
@@ -286,7 +287,7 @@ class Listener:
             log.warning("listener %s is at its limit of %d connections; refusing %s",
                         self.name, self.max_connections, addr[0])
             self.gateway.metrics.errors.labels(self.name, "-", "connection_limit").inc()
-            await trio.aclose_forcefully(stream)
+            await close_stream(stream)
             return
         if self.proxy_networks is not None:
             if not self._trusted_balancer(addr[0]):
@@ -295,7 +296,7 @@ class Listener:
                     self._untrusted_hosts.add(addr[0])
                     log.warning("listener %s takes connections only from its PROXY protocol balancers "
                                 "(proxy_protocol.trusted_networks); closing one from %s", self.name, addr[0])
-                await trio.aclose_forcefully(stream)
+                await close_stream(stream)
                 return
             self._connections += 1  # the client's own address (and its limits) come with the header
             assert self._nursery is not None
@@ -331,7 +332,7 @@ class Listener:
             self.gateway.metrics.errors.labels(self.name, "-", "proxy_header").inc()
             log.info("closing connection from balancer %s: %s", addr[0], reason, extra=fields(listener=self.name))
             self._connections -= 1
-            await trio.aclose_forcefully(stream)
+            await close_stream(stream)
             return
         assert reader.result is not None
         source = reader.result.source or (addr[0], addr[1])  # LOCAL: the balancer's own connection
@@ -353,7 +354,7 @@ class Listener:
                 self._throttled_hosts.add(host)
                 log.warning("client host %s opens connections faster than %d per second "
                             "(limits.max_connection_creation_rate_per_ip); closing the excess", host, rates.rate)
-            await trio.aclose_forcefully(stream)
+            await close_stream(stream)
             return False
         self._throttled_hosts.discard(host)
         hold_ms = self.gateway.quotas.connection_throttle_ms(host)
@@ -365,7 +366,7 @@ class Listener:
                 self._held += 1
                 self._nursery.start_soon(self._close_after, stream, min(hold_ms, _MAX_HOLD_MS) / 1000.0)
             else:
-                await trio.aclose_forcefully(stream)
+                await close_stream(stream)
             return False
         if per_host.get(host, 0) >= self.gateway.connection_limit_of(host):
             # logged at most once per refused burst: the count says how many
@@ -375,7 +376,7 @@ class Listener:
                 log.warning("client host %s holds %d connections (limits.max_connections_per_ip%s); "
                             "refusing more", host, per_host.get(host, 0),
                             "_overrides" if host in self.gateway.connection_limits_per_host else "")
-            await trio.aclose_forcefully(stream)
+            await close_stream(stream)
             return False
         per_host[host] = per_host.get(host, 0) + 1
         return True
@@ -385,7 +386,7 @@ class Listener:
             await trio.sleep(seconds)
         finally:
             self._held -= 1
-            await trio.aclose_forcefully(stream)
+            await close_stream(stream)
 
     async def _handle(self, stream: trio.SocketStream, addr, node_id: int | None) -> None:
         metrics = self.gateway.metrics
@@ -393,8 +394,7 @@ class Listener:
         active = metrics.connections_active.labels(self.name)
         active.inc()
         peer = (addr[0], addr[1])
-        try:
-            stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:  # (trio.SocketStream has set TCP_NODELAY)
             conn = ClientConnection(self, stream, peer, node_id)
             self.gateway.connections.add(conn)
             try:
@@ -413,7 +413,7 @@ class Listener:
                 per_host.pop(peer[0], None)
                 self._refused_hosts.discard(peer[0])
             active.dec()
-            await trio.aclose_forcefully(stream)
+            await close_stream(stream)
 
 
 # The mapping itself is ``ListenerConfig.node_bind_port`` / ``node_advertised_address``

@@ -76,3 +76,29 @@ async def test_a_logged_in_client_is_held_to_the_idle_deadline_not_the_authentic
     await client.send(16, 4, 3, request_class(16, 4)(states_filter=()))
     assert (await client.receive(16, 4))[0] == 3
     assert _closed_for(gateway, "authentication_timeout") == 0 and _closed_for(gateway, "idle") == 0
+
+
+async def test_a_tls_handshake_that_never_finishes_is_cut_at_the_authentication_deadline(nursery, tmp_path):
+    """A client that opens a TLS listener's port and stalls its handshake (a slow-handshake
+    flood) is closed at limits.authentication_timeout_ms (150 ms), not at the handshake's own
+    10 s bound, and counted as an authentication timeout."""
+    from tests.unit.gateway.certs import make_pki
+
+    (tmp_path / "pki").mkdir()
+    pki = make_pki(tmp_path / "pki")
+    broker = await nursery.start(FakeBroker().serve)
+    gateway, port = await _start_gateway(nursery, tmp_path, broker, False, limits={"authentication_timeout_ms": 150},
+                                         listeners=[{
+        "name": "T", "security_protocol": "SSL", "host": "127.0.0.1", "port": 0, "advertised_host": "127.0.0.1",
+        "broker_port_base": 29200,
+        "tls": {"cert_file": str(pki.server.cert_file), "key_file": str(pki.server.key_file)}}])
+    tcp = await trio.open_tcp_stream("127.0.0.1", port)
+    await tcp.send_all(b"\x16\x03\x01\x02\x00")  # a TLS record header promising a ClientHello that never comes
+    with trio.fail_after(5):  # a bound, not a timing: the handshake's own bound is 10 s
+        try:
+            while await tcp.receive_some(1024):
+                pass
+        except trio.BrokenResourceError:
+            pass
+    await tcp.aclose()
+    assert _closed_for(gateway, "authentication_timeout") == 1
