@@ -1,4 +1,5 @@
-"""Small readers for walking a frame without decoding it (hot-path modules only).
+"""Small readers for walking a frame without decoding it (hot-path modules only), and the
+writers of what a walk rewrites in place.
 
 Each reader takes (buffer, offset) and returns (value, new offset), like kio's
 readers, and raises :class:`WalkError` when the buffer ends early.
@@ -10,7 +11,8 @@ import struct
 
 from protocol.headers import HeaderError, read_uvarint
 
-__all__ = ["WalkError", "i16", "i32", "uvarint", "skip_tagged", "skip_string", "skip_bytes", "array_len"]
+__all__ = ["WalkError", "i16", "i32", "uvarint", "skip_tagged", "skip_string", "skip_bytes", "array_len",
+           "uvarint_bytes", "string_bytes"]
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -102,3 +104,21 @@ def skip_tagged(buf: memoryview | bytes, off: int) -> int:
     if off > len(buf):
         raise WalkError("buffer ends inside tagged fields")
     return off
+
+
+def uvarint_bytes(n: int) -> bytes:
+    """An unsigned varint (compact lengths and counts, tag numbers)."""
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def string_bytes(value: str, flexible: bool) -> bytes:
+    """A (non-null) string: a compact one in flexible versions, else int16-prefixed."""
+    data = value.encode()
+    return (uvarint_bytes(len(data) + 1) if flexible else _I16.pack(len(data))) + data

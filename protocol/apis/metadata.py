@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 import dataclasses
+import struct
 from typing import Any
 from uuid import UUID
 from kio.schema.errors import ErrorCode
@@ -59,11 +60,14 @@ from protocol.headers import RequestHeader
 from protocol.apis.topic_common import CLUSTER, INTERNAL_TOPICS, OPS_NOT_REQUESTED, Op, TOPIC, _ZERO_TIME, _ZERO_UUID, _distinct, _elem
 from protocol.apis.addresses import rewrite_node_list
 from protocol.apis.base import NodeMap
+from protocol import wire
+from protocol.wire import WalkError, array_len, skip_string, skip_tagged, string_bytes, uvarint_bytes
 
 __all__ = ["SPECS"]
 
 
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+_I32 = struct.Struct(">i")
 
 
 def _md_error_topic(cls: Any, error: int, name: str | None, topic_id: UUID | None, internal: bool = False) -> Any:
@@ -218,8 +222,49 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
 
 
 def _rewrite_metadata(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> bytes:
-    response = decode_response(3, version, frame, offset)
-    return encode(replace(response, brokers=rewrite_node_list(response.brokers, nodes)))
+    """The response with its broker list rewritten (:func:`rewrite_node_list`'s rule: each address
+    taught to ``nodes`` and replaced by the gateway's, or the broker left out) and everything
+    after it, the topics and their partitions (nearly all of a large cluster's answer), copied as
+    it came.  A body the walk cannot read is decoded instead, so that a malformed one fails as
+    :class:`~protocol.codecs.CodecError`, as it did when every answer was decoded."""
+    try:
+        return _rewrite_brokers(version, frame, offset, nodes)
+    except (WalkError, struct.error, IndexError, UnicodeDecodeError):
+        response = decode_response(3, version, frame, offset)
+        return encode(replace(response, brokers=rewrite_node_list(response.brokers, nodes)))
+
+
+def _rewrite_brokers(version: int, buf: memoryview, off: int, nodes: NodeMap) -> bytes:
+    """The walk behind :func:`_rewrite_metadata`: throttle time (v3+), then the brokers (node id,
+    host, port, rack from v1, tagged fields from v9), each rewritten or left out; its rack and
+    tagged fields are kept as they came."""
+    flexible = version >= 9
+    head = bytes(buf[off:off + 4]) if version >= 3 else b""  # throttle_time_ms
+    off += len(head)
+    count, off = array_len(buf, off, flexible)
+    if count < 0:
+        raise WalkError("null broker list")
+    kept: list[bytes | memoryview] = []
+    for _ in range(count):
+        node_id, off = wire.i32(buf, off)
+        host, off = skip_string(buf, off, flexible)
+        port, off = wire.i32(buf, off)
+        if host is None:
+            raise WalkError("null broker host")
+        rest = off
+        rack = None
+        if version >= 1:
+            rack, off = skip_string(buf, off, flexible)
+        if flexible:
+            off = skip_tagged(buf, off)
+        nodes.learn(node_id, host, port, rack)
+        address = nodes.advertise(node_id)
+        if address is not None:
+            kept += (_I32.pack(node_id), string_bytes(address[0], flexible), _I32.pack(address[1]), buf[rest:off])
+    if off > len(buf):
+        raise WalkError("buffer ends inside the broker list")
+    size = len(kept) // 4
+    return b"".join((head, uvarint_bytes(size + 1) if flexible else _I32.pack(size), *kept, buf[off:]))
 
 
 SPECS = (
