@@ -143,7 +143,7 @@ class ClientConnection(ConnectionCore):
     async def _read_client(self) -> FrameDecoder | None:
         """Serve requests on Trio; returns the decoder when the connection moves to the data plane."""
         decoder = self._decoder = self._new_decoder()
-        bytes_in = self.metrics.bytes_in.labels(self.listener_name)
+        bytes_in = self.metrics.listener(self.listener_name).bytes_in
         to_upstream = self._queued  # frames to forward, sent together once a chunk is parsed
         while True:
             if self.draining:
@@ -283,7 +283,7 @@ class ClientConnection(ConnectionCore):
             return
         self._sending = True
         pending = self.pending
-        bytes_out = self.metrics.bytes_out.labels(self.listener_name)
+        bytes_out = self.metrics.listener(self.listener_name).bytes_out
         try:
             while pending and pending[0].data is not None:
                 batch = []

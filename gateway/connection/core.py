@@ -28,6 +28,7 @@ anything.  :class:`ConnectionCore` holds what they share, and touches no event l
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import struct
@@ -52,6 +53,9 @@ __all__ = ["Await", "CloseConnection", "ConnectionCore", "NeedLocalAnswer", "Nee
            "NeedThrottle", "NeedUpstream", "NeedUpstreamAnswer", "NeedVersions", "NeedWorker", "Slot", "next_request"]
 
 _I32 = struct.Struct(">i")
+
+#: a client host's address, parsed once for the many connections it opens (immutable values)
+_client_address = functools.lru_cache(maxsize=4096)(ipaddress.ip_address)
 
 SASL_KEYS = frozenset({17, 36})
 
@@ -218,7 +222,7 @@ class ConnectionCore:
         self.peer = peer
         self.node_id = node_id  # None: the bootstrap port
         self.client_id: str | None = None
-        self.client_address = ipaddress.ip_address(peer[0])
+        self.client_address = _client_address(peer[0])
         self.principal = ANONYMOUS  # replaced by authentication on TLS/SASL listeners
         self.auth = None  # ConnectionAuth, set when the connection starts
         self.pending: deque[Slot] = deque()

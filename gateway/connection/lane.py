@@ -37,10 +37,10 @@ class Lane:
         self.post = post  # thread-safe: delivers a message to the connection's Trio task
         self.cmask = 0
         self.umask = 0
-        metrics, listener = conn.metrics, conn.listener_name
-        self.bytes_in = metrics.bytes_in.labels(listener)
-        self.bytes_out = metrics.bytes_out.labels(listener)
-        self.bytes_spliced = metrics.bytes_spliced.labels(listener)
+        series = conn.metrics.listener(conn.listener_name)
+        self.bytes_in = series.bytes_in
+        self.bytes_out = series.bytes_out
+        self.bytes_spliced = series.bytes_spliced
         #: bytes not yet added to the counters above (added every tick and at the end)
         self.n_in = 0
         self.n_out = 0

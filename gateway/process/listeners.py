@@ -389,9 +389,9 @@ class Listener:
             await close_stream(stream)
 
     async def _handle(self, stream: trio.SocketStream, addr, node_id: int | None) -> None:
-        metrics = self.gateway.metrics
-        metrics.connections_total.labels(self.name).inc()
-        active = metrics.connections_active.labels(self.name)
+        series = self.gateway.metrics.listener(self.name)
+        series.connections.inc()
+        active = series.active
         active.inc()
         peer = (addr[0], addr[1])
         try:  # (trio.SocketStream has set TCP_NODELAY)

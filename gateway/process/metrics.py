@@ -187,6 +187,20 @@ class PerThreadHistogram(_PerThread):
         yield family
 
 
+class ListenerSeries:
+    """One listener's children of the series every connection touches (``prometheus_client``'s
+    ``labels`` takes a lock and builds a key on every call: seven of them per connection)."""
+
+    __slots__ = ("connections", "active", "bytes_in", "bytes_out", "bytes_spliced")
+
+    def __init__(self, metrics: "GatewayMetrics", listener: str) -> None:
+        self.connections = metrics.connections_total.labels(listener)
+        self.active = metrics.connections_active.labels(listener)
+        self.bytes_in = metrics.bytes_in.labels(listener)
+        self.bytes_out = metrics.bytes_out.labels(listener)
+        self.bytes_spliced = metrics.bytes_spliced.labels(listener)
+
+
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         if registry is None:
@@ -214,6 +228,13 @@ class GatewayMetrics:
         self.ready = Gauge("kgw_listener_ready", "1 when the listener accepts connections", ["listener"], registry=r)
         self._requests: dict[tuple[str, str], Any] = {}
         self._latency: dict[tuple[str, str], Any] = {}
+        self._listeners: dict[str, ListenerSeries] = {}
+
+    def listener(self, name: str) -> ListenerSeries:
+        series = self._listeners.get(name)
+        if series is None:
+            series = self._listeners[name] = ListenerSeries(self, name)
+        return series
 
     def request(self, listener: str, api: str):
         child = self._requests.get((listener, api))
