@@ -37,7 +37,10 @@ Then it measures with confluent-kafka, on each side:
    HAProxy, in turn request by request, in an order shuffled every round, median of the
    repeats: they see the same moments of a noisy machine, and no kgw request follows
    another kgw's, which would find the interpreter's code in the CPU's caches);
-4. RSS of each kgw process before and with 1,000 idle client connections (raw TCP,
+4. short-lived clients: ``--connections`` connections one after another, each sending
+   ApiVersions and a Metadata for no topic, reading both answers and closing
+   (``connection_churn``): wall time and the gateway's CPU per connection;
+5. RSS of each kgw process before and with 1,000 idle client connections (raw TCP,
    one ApiVersions round trip each, then left open; one gateway at a time).
 
 The order of the sides changes from repeat to repeat (two sides: alternating;
@@ -80,6 +83,7 @@ from bench_common import (  # noqa: E402
     DENIED_TOPIC,
     HOST,
     RECORD_SIZE,
+    connection_churn,
     consume_throughput,
     cpu_seconds,
     create_topics,
@@ -113,7 +117,8 @@ _ORDERS3 = ([DIRECT, KGW, AUTHZ], [KGW, AUTHZ, DIRECT], [AUTHZ, DIRECT, KGW],
 class Results:
     params: dict
     sides: list = field(default_factory=list)
-    runs: dict = field(default_factory=lambda: {"produce": [], "consume": [], "latency": [], "interleaved": []})
+    runs: dict = field(default_factory=lambda: {"produce": [], "consume": [], "latency": [], "interleaved": [],
+                                                "connect": []})
     rss: dict = field(default_factory=dict)
     acls: dict = field(default_factory=dict)
     verify: dict = field(default_factory=dict)
@@ -243,6 +248,13 @@ def run(args) -> Results:
                 print(f"  interleaved #{i}: " + ", ".join(f"{s} p50 {r[s]['p50_ms']:.3f} ms" for s in group),
                       flush=True)
 
+        # 4. short-lived clients
+        for i in range(args.repeat):
+            for side in _order(i, sides):
+                r = measure("connect", lambda b: connection_churn(b, args.connections), i, side)
+                print(f"  connect  {side:9} #{i}: {r['ms_per_connection']:.3f} ms per connection  "
+                      f"(gateway cpu {r['gw_cpu_s'] / args.connections * 1e6:.0f} us/connection)", flush=True)
+
         # Optional profiling pass (not measured): the gateway side(s) only, py-spy attached.
         if args.profile:
             prof = Path(args.profile)
@@ -361,6 +373,12 @@ def summarize(res: Results) -> tuple[str, dict]:
             "{:.2f}")
     add("gateway CPU µs per latency request (median)",
         {s: median_cpu("latency", s, lambda r: r["gw_cpu_s"] / n_lat * 1e6) for s in gws}, "{:.0f}")
+    if res.runs["connect"]:
+        add("short-lived client (ms per connection, best)",
+            {s: best("connect", s, "ms_per_connection", min)["ms_per_connection"] for s in sides}, "{:.3f}")
+        n_conn = res.params["connections"]
+        add("gateway CPU µs per short-lived client (median)",
+            {s: median_cpu("connect", s, lambda r: r["gw_cpu_s"] / n_conn * 1e6) for s in gws}, "{:.0f}")
     kgws = [s for s in gws if s in res.rss]  # (HAProxy's RSS is not measured)
     rss_cells = {s: f"{res.rss[s]['before_idle_mb']:.1f} → {res.rss[s]['with_idle_mb']:.1f}" for s in kgws}
     n_idle = res.rss[KGW]["idle_connections"]
@@ -418,6 +436,8 @@ def main(argv=None) -> int:
     ap.add_argument("--linger-ms", type=int, default=10)
     ap.add_argument("--latency-requests", type=int, default=None, help="timed requests per latency run (default 2000)")
     ap.add_argument("--latency-warmup", type=int, default=200)
+    ap.add_argument("--connections", type=int, default=None,
+                    help="short-lived clients per run (default 500; --quick 50)")
     ap.add_argument("--idle-connections", type=int, default=1000)
     ap.add_argument("--consume-timeout", type=float, default=120.0)
     ap.add_argument("--timeout", type=float, default=1800.0, help="hard limit for the whole run, seconds")
@@ -431,6 +451,8 @@ def main(argv=None) -> int:
         args.records = 40_000 if args.quick else 1_000_000
     if args.repeat is None:
         args.repeat = 1 if args.quick else 3
+    if args.connections is None:
+        args.connections = 50 if args.quick else 500
     if args.latency_requests is None:
         args.latency_requests = 300 if args.quick else 2000
     if args.quick:

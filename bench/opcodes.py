@@ -6,6 +6,7 @@
     .venv/bin/python bench/opcodes.py --no-authz --top 40
     .venv/bin/python bench/opcodes.py --workload consume    # per MB consumed instead
     .venv/bin/python bench/opcodes.py --workload produce    # per MB produced instead
+    .venv/bin/python bench/opcodes.py --workload connect    # per short-lived client instead
 
 On this machine a live request's time drifts by a factor of two between runs, and most of what
 kgw spends beyond the kernel's share is the interpreter's (perf: ``_PyEval_EvalFrameDefault``
@@ -25,7 +26,10 @@ straight to tansu, read once through kgw to warm up, then counted while read aga
 (confluent-kafka, bench_common's large fetches: each Fetch response's record sets spliced).
 ``--workload produce`` counts per MB produced: ``--records`` 1 KiB records produced through kgw
 once to warm up, then counted while produced again (confluent-kafka, bench_common's 1 MiB
-batches, acks=1).
+batches, acks=1).  ``--workload connect`` counts per short-lived client (bench_common's
+``connection_churn``: connect, ApiVersions, a Metadata for no topic, close), ``--requests`` of
+them after ``--warmup``; Trio's thread is counted whole there, each connection's frames being
+entered after counting began.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_common import (REPO, RECORD_SIZE, consume_throughput, create_topics, environment, load_text,  # noqa: E402
+from bench_common import (REPO, RECORD_SIZE, connection_churn, consume_throughput, create_topics, environment, load_text,  # noqa: E402
                           produce_latency, produce_throughput, scratch, seed_acls, start_tansu, tree_state,
                           worktree)
 from tests.support.cluster import base_gateway_config, deep_merge, launch_gateway  # noqa: E402
@@ -92,6 +96,11 @@ def measure(name: str, code: Path | None, work: Path, tansu_port: int, args) -> 
             before = _snapshot(gw.process.pid, out, 1)
             produce_throughput(gw.bootstrap, topic, args.records, "1", 5)
             units = args.records * RECORD_SIZE / 1e6
+        elif args.workload == "connect":
+            connection_churn(gw.bootstrap, args.warmup)
+            before = _snapshot(gw.process.pid, out, 1)
+            connection_churn(gw.bootstrap, args.requests)
+            units = args.requests
         else:
             create_topics(gw.bootstrap, [topic])
             produce_latency(gw.bootstrap, topic, args.warmup, 0, "1")
@@ -130,15 +139,17 @@ def main() -> int:
     ap.add_argument("--acls", type=int, default=1000)
     ap.add_argument("--no-authz", action="store_true")
     ap.add_argument("--top", type=int, default=30)
-    ap.add_argument("--workload", choices=("small", "consume", "produce"), default="small")
+    ap.add_argument("--workload", choices=("small", "consume", "produce", "connect"), default="small")
     ap.add_argument("--records", type=int, default=50_000, help="records consumed or produced (--workload consume, produce)")
     args = ap.parse_args()
     if args.no_authz:
         args.acls = 0
     head, dirty = tree_state()
     what = (f"small requests (one-record Produce v9 + flush), {args.requests} counted after {args.warmup}"
-            if args.workload == "small" else f"{args.workload} of {args.records} x {RECORD_SIZE} B, counted per MB")
-    unit = "request" if args.workload == "small" else f"MB {args.workload}d"
+            if args.workload == "small" else
+            f"short-lived clients (ApiVersions + Metadata, then closed), {args.requests} counted after {args.warmup}"
+            if args.workload == "connect" else f"{args.workload} of {args.records} x {RECORD_SIZE} B, counted per MB")
+    unit = {"small": "request", "connect": "connection"}.get(args.workload, f"MB {args.workload}d")
     print(f"{what}; {'no authorizer' if not args.acls else f'StandardAuthorizer, {args.acls} ACLs'}; work = {head}"
           f"{' + uncommitted changes' if dirty else ''}; load {load_text()}", flush=True)
     with scratch("kgw-opcodes-") as (work, procs), tempfile.TemporaryDirectory(prefix="kgw-opcodes-tree-") as tmp:
