@@ -106,8 +106,8 @@ class FastStream:
 async def close_stream(stream: trio.abc.Stream) -> None:
     """Close a connection's stream for good, as ``trio.aclose_forcefully`` does, without its
     cost where nothing is left to say: a plain TCP stream's socket is closed at once
-    (``aclose_forcefully`` is a cancel scope and a checkpoint made to raise Cancelled, about six
-    times a socket's close, paid twice by every connection); a TLS stream is closed forcefully."""
+    (``aclose_forcefully`` is a cancel scope and a checkpoint made to raise Cancelled, several
+    times the close itself, paid twice by every connection); a TLS stream is closed forcefully."""
     plain = stream.stream if type(stream) is FastStream else stream
     if type(plain) is trio.SocketStream:
         plain.socket.close()

@@ -84,16 +84,28 @@ async def open_upstream(host: str, port: int, timeout_s: float, security=None) -
 
 
 async def _connect(host: str, port: int) -> trio.SocketStream:
-    """A TCP stream to ``host``: an IP address is connected to directly; a name is resolved
-    and its addresses tried in turn (``trio.open_tcp_stream``'s happy eyeballs, which for one
-    address costs a nursery, a task and events: about twice a direct connect's CPU, on every
-    client connection).  Either way the stream has TCP_NODELAY (``trio.SocketStream`` sets it)."""
+    """A TCP stream to ``host``: an IP address is connected to directly, and so is a host name
+    whose one address :data:`ADDRESSES` holds (resolved at most every ``ADDRESS_TTL_S``); a name
+    with several addresses goes to ``trio.open_tcp_stream``, which tries them in turn (happy
+    eyeballs: a nursery, a task and events, about twice a direct connect's CPU, so kept for
+    where it is needed).  Either way the stream has TCP_NODELAY (``trio.SocketStream`` sets it)."""
     family = _ip_family(host)
-    if family is None:
+    if family is not None:
+        return await _connect_to(family, (host, port))
+    addresses = await ADDRESSES.of(host, port)
+    if len(addresses) != 1:
         return await trio.open_tcp_stream(host, port)
+    try:
+        return await _connect_to(*addresses[0])
+    except BaseException:
+        ADDRESSES.forget(host, port)  # the name may point elsewhere now: resolved again next time
+        raise
+
+
+async def _connect_to(family: int, address: tuple) -> trio.SocketStream:
     sock = trio.socket.socket(family, socket.SOCK_STREAM)
     try:
-        await sock.connect((host, port))
+        await sock.connect(address)
     except OSError as e:
         sock.close()
         if e.errno:  # (trio's message repeats the address the caller names)
@@ -103,6 +115,45 @@ async def _connect(host: str, port: int) -> trio.SocketStream:
         sock.close()
         raise
     return trio.SocketStream(sock)
+
+
+#: how long an upstream host name's addresses are used before it is resolved again: the JVM's
+#: default (``networkaddress.cache.ttl``), which Kafka's brokers and Java clients run with
+ADDRESS_TTL_S = 30.0
+
+
+class HostAddresses:
+    """Upstream host names resolved once per :data:`ADDRESS_TTL_S`, not once per client
+    connection (a worker thread and, for a name not in /etc/hosts, a DNS query each time, before
+    every connection's first request could be forwarded).  A connect that fails forgets the
+    name's addresses; failed look-ups are not kept.  At most ``limit`` names (the oldest go first);
+    used on Trio's thread only."""
+
+    def __init__(self, limit: int = 1024, clock: Callable[[], float] = time.monotonic) -> None:
+        self._kept: dict[tuple[str, int], tuple[float, tuple[tuple[int, tuple], ...]]] = {}
+        self._limit = limit
+        self.clock = clock
+
+    async def of(self, host: str, port: int) -> tuple[tuple[int, tuple], ...]:
+        """``host``'s distinct (family, socket address) pairs, in the resolver's order."""
+        key = (host, port)
+        kept = self._kept.get(key)
+        if kept is not None and kept[0] > self.clock():
+            return kept[1]
+        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = tuple(dict.fromkeys((info[0], info[4]) for info in infos))
+        self._kept.pop(key, None)
+        while len(self._kept) >= self._limit:
+            del self._kept[next(iter(self._kept))]
+        self._kept[key] = (self.clock() + ADDRESS_TTL_S, addresses)
+        return addresses
+
+    def forget(self, host: str, port: int) -> None:
+        self._kept.pop((host, port), None)
+
+
+#: the process's upstream host names (every connection to an upstream broker goes through it)
+ADDRESSES = HostAddresses()
 
 
 def _ip_family(host: str) -> int | None:

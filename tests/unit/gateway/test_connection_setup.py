@@ -134,3 +134,80 @@ async def test_any_other_stream_is_closed_forcefully():
     with trio.testing.assert_checkpoints():
         await close_stream(Wrapped())
     assert closed == []  # cancelled before it could finish, as aclose_forcefully does
+
+
+class _Resolver:
+    """trio.socket.getaddrinfo counted, answering ``names`` (name -> addresses) itself."""
+
+    def __init__(self, monkeypatch, names: dict[str, list[str]]) -> None:
+        self.calls: list[str] = []
+        self.names = names
+
+        async def getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
+            self.calls.append(host)
+            return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))
+                    for a in self.names[host]]
+
+        monkeypatch.setattr(trio.socket, "getaddrinfo", getaddrinfo)
+
+
+@pytest.fixture
+def addresses(monkeypatch):
+    """A fresh cache of host names, on a clock the test moves."""
+    from gateway.upstream import cluster
+
+    now = [1000.0]
+    fresh = cluster.HostAddresses(limit=2, clock=lambda: now[0])
+    monkeypatch.setattr(cluster, "ADDRESSES", fresh)
+    return fresh, now
+
+
+async def test_an_upstream_host_name_is_resolved_once_per_ttl_and_connected_to_directly(monkeypatch, addresses):
+    from gateway.upstream.cluster import ADDRESS_TTL_S
+
+    _cache, now = addresses
+    resolver = _Resolver(monkeypatch, {"broker-0.kafka": ["127.0.0.1"]})
+    _no_happy_eyeballs(monkeypatch)
+    with _listening() as server:
+        port = server.getsockname()[1]
+        for _ in range(3):
+            stream = await open_upstream("broker-0.kafka", port, 5)
+            assert stream.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            await stream.aclose()
+        assert resolver.calls == ["broker-0.kafka"]
+        now[0] += ADDRESS_TTL_S
+        await (await open_upstream("broker-0.kafka", port, 5)).aclose()
+        assert resolver.calls == ["broker-0.kafka"] * 2  # expired: resolved again
+
+
+async def test_a_failed_connect_forgets_the_names_addresses(monkeypatch, addresses):
+    resolver = _Resolver(monkeypatch, {"broker-0.kafka": ["127.0.0.1"]})
+    with _listening() as server:
+        port = server.getsockname()[1]
+    with pytest.raises(UpstreamUnavailable, match="Connection refused"):
+        await open_upstream("broker-0.kafka", port, 5)
+    with pytest.raises(UpstreamUnavailable, match="Connection refused"):
+        await open_upstream("broker-0.kafka", port, 5)
+    assert resolver.calls == ["broker-0.kafka"] * 2  # (the broker may have moved: asked again)
+
+
+async def test_a_name_with_several_addresses_is_left_to_happy_eyeballs(monkeypatch, addresses):
+    _Resolver(monkeypatch, {"dual.kafka": ["::1", "127.0.0.1"]})
+    tried: list[str] = []
+
+    async def happy_eyeballs(host, port, **_kwargs):
+        tried.append(host)
+        raise OSError("all attempts failed")
+
+    monkeypatch.setattr(trio, "open_tcp_stream", happy_eyeballs)
+    with pytest.raises(UpstreamUnavailable, match="all attempts failed"):
+        await open_upstream("dual.kafka", 9092, 5)
+    assert tried == ["dual.kafka"]
+
+
+async def test_the_cache_holds_at_most_its_limit_of_names(monkeypatch, addresses):
+    cache, _now = addresses  # limit 2
+    resolver = _Resolver(monkeypatch, {"a": ["127.0.0.1"], "b": ["127.0.0.2"], "c": ["127.0.0.3"]})
+    for name in ("a", "b", "c", "c", "b", "a"):
+        await cache.of(name, 9092)
+    assert resolver.calls == ["a", "b", "c", "a"]  # "a", the oldest, made room for "c"
