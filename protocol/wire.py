@@ -7,7 +7,10 @@ readers, and raises :class:`WalkError` when the buffer ends early.
 
 from __future__ import annotations
 
+import io
 import struct
+
+from kio.serial.writers import write_unsigned_varint
 
 from protocol.headers import HeaderError, read_uvarint
 
@@ -108,14 +111,11 @@ def skip_tagged(buf: memoryview | bytes, off: int) -> int:
 
 def uvarint_bytes(n: int) -> bytes:
     """An unsigned varint (compact lengths and counts, tag numbers)."""
-    if n < 0x80:
+    if n < 0x80:  # one byte: nearly every length and count
         return bytes((n,))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    out = io.BytesIO()
+    write_unsigned_varint(out, n)  # type: ignore[arg-type]  # kio: an int subclass, same bytes
+    return out.getvalue()
 
 
 def string_bytes(value: str, flexible: bool) -> bytes:

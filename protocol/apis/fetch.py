@@ -107,7 +107,7 @@ from protocol.codecs import CodecError, decode_request, encode, make, nested, re
 from protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
 from protocol.headers import RequestHeader
 from protocol.topic_ids import TopicCache
-from protocol.wire import WalkError, array_len, i16, i32, skip_string, skip_tagged, uvarint
+from protocol.wire import WalkError, array_len, i16, i32, skip_string, skip_tagged, uvarint, uvarint_bytes
 
 __all__ = [
     "SPECS",
@@ -902,21 +902,15 @@ def same_size_tags(new: bytes, size: int) -> bytes:
     if len(new) == size:
         return new
     count, off = uvarint(new, 0)
-    empty = _varint(PADDING_TAG) + _varint(0)  # a second, empty field where one cannot fill the gap
+    empty = uvarint_bytes(PADDING_TAG) + uvarint_bytes(0)  # a second, empty field where one cannot fill the gap
     for kept, fields in ((count, new[off:]), (0, b"")):
         for extra in (b"", empty):
-            head = _varint(kept + 1 + (1 if extra else 0)) + fields + extra + _varint(PADDING_TAG)
+            head = uvarint_bytes(kept + 1 + (1 if extra else 0)) + fields + extra + uvarint_bytes(PADDING_TAG)
             for pad in range(max(size - len(head) - 3, 0), size - len(head)):
-                padding = _varint(pad) + bytes(pad)
+                padding = uvarint_bytes(pad) + bytes(pad)
                 if len(head) + len(padding) == size:
                     return head + padding
     raise CodecError(f"cannot fit a rewritten tagged section into {size} bytes")
-
-
-def _varint(n: int) -> bytes:
-    out = io.BytesIO()
-    write_unsigned_varint(out, n)  # type: ignore[arg-type]
-    return out.getvalue()
 
 
 class FetchResponseStream:

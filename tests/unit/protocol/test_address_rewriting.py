@@ -161,3 +161,16 @@ def test_metadata_cut_inside_its_broker_list_fails_as_a_codec_error(version):
     for cut in range(brokers_end):
         with pytest.raises(CodecError):
             REGISTRY[3].rewrite_response(version, memoryview(body[:cut]), 0, Nodes())
+
+
+@pytest.mark.parametrize("n", [0, 1, 127, 128, 300, 16383, 16384, 2 ** 21, 2 ** 31 - 1])
+def test_a_written_varint_reads_back_as_the_walks_read_it(n):
+    """(The writer the walk's rewrite uses for compact counts and lengths.)"""
+    from protocol.wire import skip_string, string_bytes, uvarint, uvarint_bytes
+
+    data = uvarint_bytes(n) + b"!"
+    assert uvarint(data, 0) == (n, len(data) - 1)
+    text = "é" * (n % 200)  # 0-199 characters, two bytes each: compact lengths of one and two bytes
+    for flexible in (False, True):
+        written = string_bytes(text, flexible)
+        assert skip_string(written, 0, flexible) == (text, len(written))
