@@ -191,7 +191,11 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
     new_request = None if unchanged else encode(dataclasses.replace(request, **changes))
     wanted = {t.name for t in forwarded}
 
-    def merge_named(buf: memoryview | bytes, off: int) -> bytes:
+    nothing_to_merge = not names and not getattr(request, "include_cluster_authorized_operations", False)
+
+    def merge_named(buf: memoryview | bytes, off: int) -> bytes | None:
+        if nothing_to_merge and _answers_no_topic(version, buf, off):
+            return None  # brokers only, nothing to filter or compute: the answer as it came
         response = decode_response(3, version, buf, off)
         _md_learn(response.topics, auth.topics)
         upstream: dict[str, Any] = {}
@@ -219,6 +223,40 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
 
     return Decision(request=new_request, merge=merge_named)
 
+
+
+def _answers_no_topic(version: int, buf: memoryview | bytes, off: int) -> bool:
+    """Whether an answer to a Metadata request naming no topic (the brokers-only refresh clients
+    send) holds no topic and, in v8-10, the cluster operations kgw's merge would set (none
+    requested): then the merge would give back the same bytes, and it is not decoded.  A walk of
+    the answer's head; False for any other answer, or one the walk cannot read (decoded then)."""
+    flexible = version >= 9
+    try:
+        if version >= 3:
+            off += 4  # throttle_time_ms
+        brokers, off = array_len(buf, off, flexible)
+        if brokers < 0:
+            return False
+        for _ in range(brokers):
+            _host, off = skip_string(buf, off + 4, flexible)  # after the node id
+            off += 4  # port
+            if version >= 1:
+                _rack, off = skip_string(buf, off, flexible)
+            if flexible:
+                off = skip_tagged(buf, off)
+        if version >= 2:
+            _cluster_id, off = skip_string(buf, off, flexible)
+        if version >= 1:
+            off += 4  # controller_id
+        topics, off = array_len(buf, off, flexible)
+        if topics != 0:
+            return False
+        if 8 <= version <= 10:
+            operations, off = wire.i32(buf, off)
+            return operations == OPS_NOT_REQUESTED
+        return off <= len(buf)
+    except (WalkError, struct.error, IndexError, UnicodeDecodeError):
+        return False
 
 
 def _rewrite_metadata(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> bytes:

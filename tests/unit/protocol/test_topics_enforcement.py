@@ -801,3 +801,79 @@ def test_dtp_all_topics_pages_over_the_visible_topics_only():
     entity = dtp_request([], cursor=("c-1", 3))  # a visible cursor topic keeps its partition
     forwarded = sent(entity, settle(enforce(entity, authz), services))
     assert [t.name for t in forwarded.topics] == ["c-1", "c-2"] and forwarded.cursor.partition_index == 3
+
+
+# -- Metadata naming no topic: the brokers-only refresh ----------------------------
+
+
+def _as_sent(decision, upstream: bytes) -> bytes:
+    """What the client gets: the merge's body, or the upstream's when it returns None (as the
+    connection does)."""
+    body = decision.merge(upstream, 0)
+    return upstream if body is None else body
+
+
+@pytest.mark.parametrize("version", range(1, 14))
+def test_a_brokers_only_answer_goes_back_undecoded_as_the_merge_would_give_it(version, monkeypatch):
+    """Any answer with no topic to a request naming none: the same bytes the decoding merge gives
+    (cluster operations included: the merge sets "not requested", so an answer saying otherwise
+    is decoded and set)."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    from protocol.apis import metadata
+
+    kw = {"allow_auto_topic_creation": False} if version >= 4 else {}
+    if 8 <= version <= 10:
+        kw["include_cluster_authorized_operations"] = False
+    if version >= 8:
+        kw["include_topic_authorized_operations"] = False
+    request = req(3, version, topics=(), **kw)
+    decision = enforce(request, authorizer(acl("t", Op.DESCRIBE)))
+    cls = response_class(3, version)
+    bcls = elem(cls, "brokers")
+    usual = encode(resp(3, version, brokers=(make(bcls, node_id=i32(1), host="b1", port=i32(9092), rack="r"),),
+                        cluster_id="c", controller_id=i32(1), topics=(), cluster_authorized_operations=i32(MIN),
+                        error_code=E.none))
+    assert decision.merge(usual, 0) is None  # the usual answer is not decoded at all
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.from_type(cls), st.sampled_from([MIN, 0, 8096]))
+    def check(response, cluster_ops):
+        changes = {"topics": ()}
+        if 8 <= version <= 10:
+            changes["cluster_authorized_operations"] = i32(cluster_ops)
+        upstream = encode(dataclasses.replace(response, **changes))
+        walked = _as_sent(decision, upstream)
+        with monkeypatch.context() as m:
+            m.setattr(metadata, "_answers_no_topic", lambda *_a: False)
+            decoded = _as_sent(decision, upstream)
+        assert walked == decoded
+
+    check()
+
+
+@pytest.mark.parametrize("version", [1, 9, 12])
+def test_topics_an_upstream_adds_to_a_brokers_only_answer_never_reach_the_client(version):
+    kw = {"allow_auto_topic_creation": False} if version >= 4 else {}
+    if version >= 8:
+        kw["include_topic_authorized_operations"] = False
+    if 8 <= version <= 10:
+        kw["include_cluster_authorized_operations"] = False
+    request = req(3, version, topics=(), **kw)
+    decision = enforce(request, authorizer(acl("t", Op.DESCRIBE)))
+    cls = response_class(3, version)
+    tcls = elem(cls, "topics")
+    topic = make(tcls, error_code=E.none, name="secret", topic_id=uuid.uuid4(), is_internal=False, partitions=(),
+                 topic_authorized_operations=i32(MIN))
+    upstream = encode(resp(3, version, brokers=(), cluster_id="c", controller_id=i32(1), topics=(topic,),
+                           cluster_authorized_operations=i32(MIN), error_code=E.none))
+    assert decode_response(3, version, _as_sent(decision, upstream), 0).topics == ()
+
+
+def test_cluster_operations_asked_for_are_computed_on_a_brokers_only_answer():
+    request = req(3, 9, topics=(), allow_auto_topic_creation=False, include_cluster_authorized_operations=True,
+                  include_topic_authorized_operations=False)
+    decision = enforce(request, authorizer(cluster_acl(Op.DESCRIBE)))
+    upstream = encode(resp(3, 9, brokers=(), cluster_id="c", controller_id=i32(1), topics=(),
+                           cluster_authorized_operations=i32(MIN)))
+    assert decode_response(3, 9, _as_sent(decision, upstream), 0).cluster_authorized_operations != MIN
