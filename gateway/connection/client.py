@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 
 import trio
 
@@ -65,12 +66,11 @@ class ClientConnection(ConnectionCore):
         if self.gw.draining:
             return  # accepted just as the gateway began to stop
         security = self.listener.security
+        # a TLS handshake is held to the authentication deadline; without one nothing is awaited
+        timer = nullcontext() if security.ssl_context is None else trio.fail_at(trio_deadline(self._auth_deadline))
         try:
-            if security.ssl_context is None:  # no handshake: nothing awaited, nothing to time
+            with timer:
                 self.stream, self.auth = await security.accept(self.stream, self.peer[0])
-            else:
-                with trio.fail_at(trio_deadline(self._auth_deadline)):
-                    self.stream, self.auth = await security.accept(self.stream, self.peer[0])
         except AuthenticationFailed:
             return  # logged and counted by the listener's security
         except trio.TooSlowError:

@@ -106,13 +106,10 @@ async def _connect_to(family: int, address: tuple) -> trio.SocketStream:
     sock = trio.socket.socket(family, socket.SOCK_STREAM)
     try:
         await sock.connect(address)
-    except OSError as e:
+    except BaseException as e:
         sock.close()
-        if e.errno:  # (trio's message repeats the address the caller names)
+        if isinstance(e, OSError) and e.errno:  # (trio's message repeats the address the caller names)
             raise OSError(e.errno, os.strerror(e.errno)) from None
-        raise
-    except BaseException:
-        sock.close()
         raise
     return trio.SocketStream(sock)
 

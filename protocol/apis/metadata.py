@@ -238,12 +238,7 @@ def _answers_no_topic(version: int, buf: memoryview | bytes, off: int) -> bool:
         if brokers < 0:
             return False
         for _ in range(brokers):
-            _host, off = skip_string(buf, off + 4, flexible)  # after the node id
-            off += 4  # port
-            if version >= 1:
-                _rack, off = skip_string(buf, off, flexible)
-            if flexible:
-                off = skip_tagged(buf, off)
+            off = _broker(buf, off, version, flexible)[-1]
         if version >= 2:
             _cluster_id, off = skip_string(buf, off, flexible)
         if version >= 1:
@@ -254,9 +249,26 @@ def _answers_no_topic(version: int, buf: memoryview | bytes, off: int) -> bool:
         if 8 <= version <= 10:
             operations, off = wire.i32(buf, off)
             return operations == OPS_NOT_REQUESTED
-        return off <= len(buf)
+        return True
     except (WalkError, struct.error, IndexError, UnicodeDecodeError):
         return False
+
+
+def _broker(buf: memoryview | bytes, off: int, version: int,
+            flexible: bool) -> tuple[int, str, int, str | None, int, int]:
+    """The broker entry of a Metadata answer at ``off``: node id, host, port, rack (v1+), where
+    its rack begins and where the entry (tagged fields from v9) ends."""
+    node_id, off = wire.i32(buf, off)
+    host, off = skip_string(buf, off, flexible)
+    port, off = wire.i32(buf, off)
+    if host is None:
+        raise WalkError("null broker host")
+    rest, rack = off, None
+    if version >= 1:
+        rack, off = skip_string(buf, off, flexible)
+    if flexible:
+        off = skip_tagged(buf, off)
+    return node_id, host, port, rack, rest, off
 
 
 def _rewrite_metadata(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> bytes:
@@ -283,24 +295,12 @@ def _rewrite_brokers(version: int, buf: memoryview, off: int, nodes: NodeMap) ->
     if count < 0:
         raise WalkError("null broker list")
     kept: list[bytes | memoryview] = []
-    for _ in range(count):
-        node_id, off = wire.i32(buf, off)
-        host, off = skip_string(buf, off, flexible)
-        port, off = wire.i32(buf, off)
-        if host is None:
-            raise WalkError("null broker host")
-        rest = off
-        rack = None
-        if version >= 1:
-            rack, off = skip_string(buf, off, flexible)
-        if flexible:
-            off = skip_tagged(buf, off)
+    for _ in range(count):  # (each read checks the buffer's end)
+        node_id, host, port, rack, rest, off = _broker(buf, off, version, flexible)
         nodes.learn(node_id, host, port, rack)
         address = nodes.advertise(node_id)
         if address is not None:
             kept += (_I32.pack(node_id), string_bytes(address[0], flexible), _I32.pack(address[1]), buf[rest:off])
-    if off > len(buf):
-        raise WalkError("buffer ends inside the broker list")
     size = len(kept) // 4
     return b"".join((head, uvarint_bytes(size + 1) if flexible else _I32.pack(size), *kept, buf[off:]))
 
