@@ -385,15 +385,26 @@ def _recv_exact(sock: socket.socket, n: int,
     return bytes(buf)
 
 
-def _short_client_requests() -> bytes:
-    """What a client's first connection sends: ApiVersions, then Metadata for no topic (the
-    brokers only), pipelined as librdkafka does once it knows the versions."""
+def metadata_for_no_topic(correlation_id: int) -> bytes:
+    """A Metadata v12 request naming no topic (the brokers only): forwarded by kgw, so the
+    connection that sends it is connected upstream and handed to the data plane."""
     from gateway.upstream.cluster import encode_request
     from protocol.codecs import make, request_class
 
-    metadata = encode_request(3, 12, 2, make(request_class(3, 12), topics=(), allow_auto_topic_creation=False,
-                                             include_topic_authorized_operations=False))
-    return _api_versions_request(1) + metadata
+    return encode_request(3, 12, correlation_id, make(request_class(3, 12), topics=(), allow_auto_topic_creation=False,
+                                                      include_topic_authorized_operations=False))
+
+
+def read_frame(sock, what: str) -> bytes:
+    """One size-prefixed frame from ``sock`` (plain or TLS); BenchError naming ``what`` at EOF."""
+    (size,) = struct.unpack(">i", _recv_exact(sock, 4, what))
+    return _recv_exact(sock, size, what)
+
+
+def _short_client_requests() -> bytes:
+    """What a client's first connection sends: ApiVersions, then Metadata for no topic,
+    pipelined as librdkafka does once it knows the versions."""
+    return _api_versions_request(1) + metadata_for_no_topic(2)
 
 
 def connection_churn(bootstrap: str, n: int) -> dict:
@@ -407,8 +418,7 @@ def connection_churn(bootstrap: str, n: int) -> dict:
         with socket.create_connection((host, int(port)), timeout=10) as s:
             s.sendall(requests)
             for _answer in range(2):
-                (size,) = struct.unpack(">i", _recv_exact(s, 4, "gateway closed a short-lived client's connection"))
-                _recv_exact(s, size, "gateway closed a short-lived client's connection")
+                read_frame(s, "gateway closed a short-lived client's connection")
     return {"connections": n, "ms_per_connection": (time.perf_counter() - started) / n * 1000.0}
 
 

@@ -21,7 +21,6 @@ import os
 import signal
 import socket
 import ssl
-import struct
 import sys
 import threading
 import time
@@ -30,33 +29,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import HOST, rss_mb, scratch, start_kgw, start_tansu  # noqa: E402
+from bench_common import (HOST, metadata_for_no_topic, read_frame, rss_mb, scratch, start_kgw,  # noqa: E402
+                          start_tansu)
 
 from gateway.cli.dev_certs import write_dev_certs  # noqa: E402
-from gateway.upstream.cluster import encode_request  # noqa: E402
-from protocol.codecs import make, request_class  # noqa: E402
 
-METADATA = encode_request(3, 12, 1, make(request_class(3, 12), topics=(), allow_auto_topic_creation=False,
-                                         include_topic_authorized_operations=False))
+METADATA = metadata_for_no_topic(1)
 
 
 def one_connection(port: int, tls: ssl.SSLContext | None = None) -> None:
     with socket.create_connection((HOST, port), timeout=30) as raw:
         sock = raw if tls is None else tls.wrap_socket(raw, server_hostname=HOST)
         sock.sendall(METADATA)
-        head = b""
-        while len(head) < 4:
-            chunk = sock.recv(4 - len(head))
-            if not chunk:
-                raise RuntimeError("kgw closed the connection")
-            head += chunk
-        (size,) = struct.unpack(">i", head)
-        got = 0
-        while got < size:
-            chunk = sock.recv(size - got)
-            if not chunk:
-                raise RuntimeError("short response")
-            got += len(chunk)
+        read_frame(sock, "kgw closed the connection before its Metadata answer")
 
 
 def round_of(port: int, n: int, parallel: int, tls: ssl.SSLContext | None = None) -> None:
