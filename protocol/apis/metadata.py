@@ -33,6 +33,12 @@ for an id it does not know.
 
 
 The response's broker list is rewritten to gateway addresses (:mod:`protocol.apis.addresses`).
+
+Answers are walked, not decoded.  A large cluster's answer is nearly all partitions, which kgw
+neither reads nor changes: the rewrite walks the broker list and copies the rest; the merges
+walk the topic entries (:class:`_Answer`), keep, drop, reorder or answer them and set the
+authorized operations kgw computes, each kept entry copied as it came, tagged fields this kio
+does not know included.  An answer the walk cannot read fails as a CodecError, as a decode did.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from __future__ import annotations
 from dataclasses import replace
 import dataclasses
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
@@ -48,7 +54,7 @@ from protocol.apis.base import FORWARD, ApiSpec, Decision, RequestInfo
 from protocol.apis.generic import inspect_decoded
 from protocol.auth_helper import AuthHelper
 from protocol.topic_ids import TopicCache
-from protocol.codecs import decode_response, encode, make, response_class
+from protocol.codecs import CodecError, decode_response, encode, make, response_class
 from protocol.errors import (
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
@@ -67,7 +73,9 @@ __all__ = ["SPECS"]
 
 
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_ZERO_ID = bytes(16)
 
 
 def _md_error_topic(cls: Any, error: int, name: str | None, topic_id: UUID | None, internal: bool = False) -> Any:
@@ -75,20 +83,17 @@ def _md_error_topic(cls: Any, error: int, name: str | None, topic_id: UUID | Non
                 partitions=(), topic_authorized_operations=i32(OPS_NOT_REQUESTED))
 
 
-def _md_ops(auth: AuthHelper, topic: Any, include_ops: bool) -> Any:
-    if not hasattr(topic, "topic_authorized_operations"):
-        return topic
-    ops = auth.authorized_operations(TOPIC, topic.name) if include_ops and topic.name is not None else OPS_NOT_REQUESTED
-    return dataclasses.replace(topic, topic_authorized_operations=i32(ops))
+def _topic_ops(auth: AuthHelper, name: str, include_ops: bool) -> int:
+    return auth.authorized_operations(TOPIC, name) if include_ops else OPS_NOT_REQUESTED
 
 
-def _md_cluster_ops(auth: AuthHelper, request: Any, response: Any) -> Any:
-    if not hasattr(response, "cluster_authorized_operations"):
-        return response
-    ops = OPS_NOT_REQUESTED
+def _cluster_ops(auth: AuthHelper, request: Any, version: int) -> int | None:
+    """The cluster's authorized operations kgw answers (v8-10; None in versions without them)."""
+    if not 8 <= version <= 10:
+        return None
     if getattr(request, "include_cluster_authorized_operations", False):
-        ops = auth.authorized_operations(CLUSTER, "kafka-cluster") if auth.cluster(Op.DESCRIBE) else 0
-    return dataclasses.replace(response, cluster_authorized_operations=i32(ops))
+        return auth.authorized_operations(CLUSTER, "kafka-cluster") if auth.cluster(Op.DESCRIBE) else 0
+    return OPS_NOT_REQUESTED
 
 
 def _md_learn(topics: Any, cache: TopicCache) -> None:
@@ -140,24 +145,27 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
             wanted_set = set(wanted_ids)
 
         def merge_filtered(buf: memoryview | bytes, off: int) -> bytes:
-            response = decode_response(3, version, buf, off)
-            topics = response.topics
+            answer = _walk_answer(version, buf, off)
+            topics = answer.topics
             if by_id:  # only what was asked for, whatever the upstream added
-                topics = [t for t in topics if getattr(t, "topic_id", None) in wanted_set]
+                topics = [t for t in topics if t.topic_id in wanted_set]
             _md_learn(topics, auth.topics)
-            named = [t for t in topics if t.name is not None and t.error_code != UNKNOWN_TOPIC_ID]
-            allowed = auth.filter(TOPIC, Op.DESCRIBE, _distinct(t.name for t in named), log_if_denied=by_id)
-            response = _md_cluster_ops(auth, request, response)
-            out = []
+            named = [t.name for t in topics if t.name is not None and t.error_code != UNKNOWN_TOPIC_ID]
+            allowed = auth.filter(TOPIC, Op.DESCRIBE, _distinct(named), log_if_denied=by_id)
+            cluster_ops = _cluster_ops(auth, request, version)
+            out: list[bytes | memoryview] = []
+            kept = 0
             for t in topics:
                 if t.name is None or t.error_code == UNKNOWN_TOPIC_ID:
-                    out.append(_md_ops(auth, dataclasses.replace(t, name=None) if by_id else t, False))
+                    out += answer.entry(t, OPS_NOT_REQUESTED, null_name=by_id)
                 elif t.name in allowed:
-                    out.append(_md_ops(auth, t, include_ops))
+                    out += answer.entry(t, _topic_ops(auth, t.name, include_ops))
                 elif by_id:  # ids are not sensitive: the id with a null name
-                    out.append(_md_error_topic(topic_cls, TOPIC_AUTHORIZATION_FAILED, None, t.topic_id))
-                # all-topics: silently omitted
-            return encode(dataclasses.replace(response, topics=tuple(out)))
+                    out.append(_error_entry(version, TOPIC_AUTHORIZATION_FAILED, None, t.topic_id))
+                else:  # all-topics: silently omitted
+                    continue
+                kept += 1
+            return answer.with_topics(kept, out, cluster_ops)
 
         return Decision(request=new_request, merge=merge_filtered)
 
@@ -194,12 +202,12 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
     nothing_to_merge = not names and not getattr(request, "include_cluster_authorized_operations", False)
 
     def merge_named(buf: memoryview | bytes, off: int) -> bytes | None:
-        if nothing_to_merge and _answers_no_topic(version, buf, off):
+        answer = _walk_answer(version, buf, off)
+        if nothing_to_merge and not answer.topics and answer.cluster_ops in (None, OPS_NOT_REQUESTED):
             return None  # brokers only, nothing to filter or compute: the answer as it came
-        response = decode_response(3, version, buf, off)
-        _md_learn(response.topics, auth.topics)
-        upstream: dict[str, Any] = {}
-        for t in response.topics:
+        _md_learn(answer.topics, auth.topics)
+        upstream: dict[str | None, _Topic] = {}
+        for t in answer.topics:
             if t.name in wanted and t.name not in upstream:  # a v0 empty list means "all": keep only ours
                 upstream[t.name] = t
         create_denied: set[str] = set()
@@ -208,50 +216,176 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
                 n in upstream and upstream[n].error_code in (UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION))]
             if missing and not auth.cluster(Op.CREATE, log_if_denied=False):
                 create_denied = set(missing) - auth.filter(TOPIC, Op.CREATE, _distinct(missing))
-        response = _md_cluster_ops(auth, request, response)
-        out = []
+        cluster_ops = _cluster_ops(auth, request, version)
+        out: list[bytes | memoryview] = []
+        kept = 0
         for name in names:
             if name not in described:
-                out.append(_md_error_topic(topic_cls, TOPIC_AUTHORIZATION_FAILED, name, None))
+                out.append(_error_entry(version, TOPIC_AUTHORIZATION_FAILED, name, None))
             elif name in create_denied:
-                out.append(_md_error_topic(topic_cls, TOPIC_AUTHORIZATION_FAILED, name, None, name in INTERNAL_TOPICS))
+                out.append(_error_entry(version, TOPIC_AUTHORIZATION_FAILED, name, None, name in INTERNAL_TOPICS))
             elif name in upstream:
-                out.append(_md_ops(auth, upstream[name], include_ops))
+                out += answer.entry(upstream[name], _topic_ops(auth, name, include_ops))
             elif name in held_back:  # CREATE allowed by the time the answer came: not auto-created here
-                out.append(_md_error_topic(topic_cls, UNKNOWN_TOPIC_OR_PARTITION, name, None, name in INTERNAL_TOPICS))
-        return encode(dataclasses.replace(response, topics=tuple(out)))
+                out.append(_error_entry(version, UNKNOWN_TOPIC_OR_PARTITION, name, None, name in INTERNAL_TOPICS))
+            else:
+                continue
+            kept += 1
+        return answer.with_topics(kept, out, cluster_ops)
 
     return Decision(request=new_request, merge=merge_named)
 
 
 
-def _answers_no_topic(version: int, buf: memoryview | bytes, off: int) -> bool:
-    """Whether an answer to a Metadata request naming no topic (the brokers-only refresh clients
-    send) holds no topic and, in v8-10, the cluster operations kgw's merge would set (none
-    requested): then the merge would give back the same bytes, and it is not decoded.  A walk of
-    the answer's head; False for any other answer, or one the walk cannot read (decoded then)."""
-    flexible = version >= 9
-    try:
+class _Topic(NamedTuple):
+    """A topic entry of a walked Metadata answer: what the merges read of it, and where its parts
+    are in the buffer."""
+
+    error_code: int
+    name: str | None
+    topic_id: UUID | None  # (v10+; the zero id read as None, as kio reads it)
+    start: int
+    name_at: int
+    name_end: int
+    ops_at: int  # its topic_authorized_operations (v8+); its end before v8
+    end: int
+
+
+class _Answer:
+    """A Metadata answer walked, not decoded: its head (throttle time, brokers, cluster id,
+    controller) and each topic entry are copied as they came, partitions and any tagged field
+    this kio does not know included, so that the merges only choose, order and add entries and
+    set the authorized operations kgw computes.  Every field the walk does not read is the
+    upstream's, as the decoding merge passed it on."""
+
+    __slots__ = ("version", "buf", "off", "count_at", "topics", "tail_at", "cluster_ops")
+
+    def __init__(self, version: int, buf: memoryview | bytes, off: int) -> None:
+        self.version, self.buf, self.off = version, buf, off
+        self.cluster_ops: int | None = None
+        self._walk(off)
+
+    def _walk(self, off: int) -> None:
+        version, buf = self.version, self.buf
+        flexible = version >= 9
         if version >= 3:
             off += 4  # throttle_time_ms
         brokers, off = array_len(buf, off, flexible)
         if brokers < 0:
-            return False
+            raise WalkError("null broker list")
         for _ in range(brokers):
             off = _broker(buf, off, version, flexible)[-1]
         if version >= 2:
             _cluster_id, off = skip_string(buf, off, flexible)
         if version >= 1:
             off += 4  # controller_id
-        topics, off = array_len(buf, off, flexible)
-        if topics != 0:
-            return False
+        self.count_at = off
+        count, off = array_len(buf, off, flexible)
+        if count < 0:
+            raise WalkError("null topic list")
+        partition_head = 10 if version < 7 else 14  # error, index, leader (and its epoch from v7)
+        node_lists = 2 if version < 5 else 3  # replicas, in-sync (and offline from v5)
+        topics = []
+        for _ in range(count):
+            start = off
+            error_code, off = wire.i16(buf, off)
+            name_at = off
+            name, off = skip_string(buf, off, flexible)
+            name_end = off
+            if name is None and version < 12:
+                raise WalkError("null topic name")
+            topic_id = None
+            if version >= 10:
+                raw = bytes(buf[off:off + 16])
+                if len(raw) != 16:
+                    raise WalkError("buffer ends inside a topic id")
+                off += 16
+                if raw != _ZERO_ID:
+                    topic_id = UUID(bytes=raw)
+            if version >= 1:
+                off += 1  # is_internal
+            partitions, off = array_len(buf, off, flexible)
+            if partitions < 0:
+                raise WalkError("null partition list")
+            for _ in range(partitions):  # (a large cluster's answer is nearly all partitions)
+                off += partition_head
+                for _ in range(node_lists):
+                    if flexible and buf[off] < 0x80:  # a one-byte count: nearly every list
+                        nodes, off = buf[off] - 1, off + 1
+                    else:
+                        nodes, off = array_len(buf, off, flexible)
+                    if nodes < 0:
+                        raise WalkError("null node list")
+                    off += 4 * nodes
+                if flexible:
+                    off = off + 1 if buf[off] == 0 else skip_tagged(buf, off)
+            ops_at = off
+            if version >= 8:
+                off += 4  # topic_authorized_operations
+            if flexible:
+                off = skip_tagged(buf, off)
+            if off > len(buf):
+                raise WalkError("buffer ends inside a topic")
+            topics.append(_Topic(error_code, name, topic_id, start, name_at, name_end, ops_at, off))
+        self.topics = topics
+        self.tail_at = off
         if 8 <= version <= 10:
-            operations, off = wire.i32(buf, off)
-            return operations == OPS_NOT_REQUESTED
-        return True
-    except (WalkError, struct.error, IndexError, UnicodeDecodeError):
-        return False
+            self.cluster_ops, off = wire.i32(buf, off)
+        if version >= 13:
+            _error_code, off = wire.i16(buf, off)
+        if flexible:
+            skip_tagged(buf, off)
+
+    def entry(self, topic: _Topic, ops: int, null_name: bool = False) -> tuple[bytes | memoryview, ...]:
+        """``topic``'s entry as it came, with ``ops`` as its authorized operations (v8+) and, with
+        ``null_name``, a null name (v12+ only: by-id answers)."""
+        buf = self.buf
+        if self.version < 8:
+            return (buf[topic.start:topic.end],)
+        if null_name:
+            head: tuple[bytes | memoryview, ...] = (buf[topic.start:topic.name_at], b"\x00",
+                                                    buf[topic.name_end:topic.ops_at])
+        else:
+            head = (buf[topic.start:topic.ops_at],)
+        return (*head, _I32.pack(ops), buf[topic.ops_at + 4:topic.end])
+
+    def with_topics(self, count: int, entries: list[bytes | memoryview], cluster_ops: int | None) -> bytes:
+        """The answer with ``count`` topic entries (``entries``, their parts) in place of its own,
+        and ``cluster_ops`` as the cluster's authorized operations (v8-10)."""
+        buf, tail_at = self.buf, self.tail_at
+        size = uvarint_bytes(count + 1) if self.version >= 9 else _I32.pack(count)
+        if cluster_ops is None:
+            tail: tuple[bytes | memoryview, ...] = (buf[tail_at:],)
+        else:
+            tail = (_I32.pack(cluster_ops), buf[tail_at + 4:])
+        return b"".join((buf[self.off:self.count_at], size, *entries, *tail))
+
+
+def _walk_answer(version: int, buf: memoryview | bytes, off: int) -> _Answer:
+    """The Metadata answer at ``off``, walked; one the walk cannot read fails as
+    :class:`~protocol.codecs.CodecError`, with kio's reason where kio cannot read it either."""
+    try:
+        return _Answer(version, buf, off)
+    except (WalkError, struct.error, IndexError, UnicodeDecodeError) as e:
+        decode_response(3, version, buf, off)
+        raise CodecError(f"cannot read Metadata v{version} response: {e}") from None
+
+
+def _error_entry(version: int, error: int, name: str | None, topic_id: UUID | None, internal: bool = False) -> bytes:
+    """A topic entry kgw answers itself: ``error``, no partitions, no operations."""
+    flexible = version >= 9
+    parts = [_I16.pack(error), b"\x00" if name is None and flexible else
+             b"\xff\xff" if name is None else string_bytes(name, flexible)]
+    if version >= 10:
+        parts.append(_ZERO_ID if topic_id is None else topic_id.bytes)
+    if version >= 1:
+        parts.append(b"\x01" if internal else b"\x00")
+    parts.append(b"\x01" if flexible else b"\x00\x00\x00\x00")  # no partitions
+    if version >= 8:
+        parts.append(_I32.pack(OPS_NOT_REQUESTED))
+    if flexible:
+        parts.append(b"\x00")
+    return b"".join(parts)
 
 
 def _broker(buf: memoryview | bytes, off: int, version: int,
