@@ -162,23 +162,30 @@ def _plan(cls: type) -> tuple[tuple[bool, tuple[Any, ...]], int | None]:
             sub, _sub_fixed = _plan(shape.type_)
             steps.append(("struct", (sub, _nullable(f.type))))
             fixed = None
-        elif isinstance(shape, PrimitiveTupleField):
-            outer = _unwrap_optional(f.type)
-            inner = outer.__args__[0] if hasattr(outer, "__args__") else None
-            elem = ("skip", _FIXED[kind]) if kind in _FIXED else ("var", (kind != "string", _nullable(inner)))
-            steps.append(("array", (elem, _FIXED.get(kind) if kind is not None else None, _nullable(f.type))))
-            fixed = None
-        elif kind in _FIXED:
+        elif kind in _FIXED and not isinstance(shape, PrimitiveTupleField):
             skip(_FIXED[kind])
-        elif kind in _VARIABLE:
-            steps.append(("var", (kind != "string", _nullable(f.type))))
-            fixed = None
         else:
-            raise TypeError(f"{cls.__name__}.{f.name}: unknown kafka_type {kind!r}")
+            steps.append(primitive_step(cls, f))
+            fixed = None
     if flexible:
         steps.append(("tags", None))
         fixed = None
     return (flexible, tuple(steps)), fixed
+
+
+def primitive_step(cls: type, f: dataclasses.Field[Any]) -> tuple[str, Any]:
+    """The step of a plan that walks field ``f`` of ``cls``: a primitive, or an array of them."""
+    kind = f.metadata.get("kafka_type")
+    if isinstance(classify_field(f), PrimitiveTupleField):
+        outer = _unwrap_optional(f.type)
+        inner = outer.__args__[0] if hasattr(outer, "__args__") else None
+        elem = ("skip", _FIXED[kind]) if kind in _FIXED else ("var", (kind != "string", _nullable(inner)))
+        return ("array", (elem, _FIXED.get(kind) if kind is not None else None, _nullable(f.type)))
+    if kind in _FIXED:
+        return ("skip", _FIXED[kind])
+    if kind in _VARIABLE:
+        return ("var", (kind != "string", _nullable(f.type)))
+    raise TypeError(f"{cls.__name__}.{f.name}: unknown kafka_type {kind!r}")
 
 
 def _nullable(tp: Any) -> bool:

@@ -22,9 +22,11 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
 from protocol.bounds import LengthError, check_lengths
+from protocol.unknown_tags import without_unknown_tags
 
 __all__ = [
     "CodecError",
+    "UnknownTagError",
     "decode_request",
     "decode_response",
     "encode",
@@ -35,6 +37,10 @@ __all__ = [
 
 class CodecError(Exception):
     """A body that does not decode as its schema says."""
+
+
+class UnknownTagError(CodecError):
+    """A body with a tagged field its schema does not declare (a newer peer's)."""
 
 
 request_class = lru_cache(maxsize=None)(load_request_schema)
@@ -56,6 +62,10 @@ def _decode(cls: Any, buf: memoryview | bytes, offset: int) -> Any:
         value, _size = _reader(cls)(buf, offset)
     except (SerialError, ValueError, IndexError, UnicodeDecodeError, OverflowError) as e:
         raise CodecError(f"cannot decode {cls.__name__} v{cls.__version__}: {e}") from e
+    except KeyError as e:
+        if "tagged field" in str(e):  # kio's reader: "Unknown tagged field tag: N"
+            raise UnknownTagError(f"cannot decode {cls.__name__} v{cls.__version__}: {e.args[0]}") from e
+        raise CodecError(f"cannot decode {cls.__name__} v{cls.__version__}: {e!r}") from e
     except Exception as e:  # the native reader raises a few other types on garbage
         raise CodecError(f"cannot decode {cls.__name__} v{cls.__version__}: {e!r}") from e
     return value
@@ -74,8 +84,17 @@ def decode_request(api_key: int, version: int, buf: memoryview | bytes, offset: 
 def decode_response(api_key: int, version: int, buf: memoryview | bytes, offset: int) -> Any:
     """Decode a response body from the upstream, its lengths and counts checked first as a
     request's are: the upstream is trusted to speak Kafka, but a malformed body must cost one
-    connection an error, not the process an abort in kio's native reader."""
-    return _decode_checked(response_class(api_key, version), buf, offset)
+    connection an error, not the process an abort in kio's native reader.  A tagged field kio
+    does not know (a newer broker's) is left out (:mod:`protocol.unknown_tags`)."""
+    cls = response_class(api_key, version)
+    try:
+        return _decode_checked(cls, buf, offset)
+    except UnknownTagError:  # a newer broker's tagged field: left out, as Kafka's parsers skip it
+        try:
+            body = without_unknown_tags(cls, buf, offset)
+        except LengthError as e:
+            raise CodecError(f"cannot decode {cls.__name__} v{cls.__version__}: {e}") from None
+        return _decode_checked(cls, body, 0)
 
 
 def _decode_checked(cls: Any, buf: memoryview | bytes, offset: int) -> Any:

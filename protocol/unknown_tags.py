@@ -1,0 +1,120 @@
+"""Tagged fields kio does not know, left out of an upstream's response so that it can be decoded.
+
+Theory of operation
+-------------------
+A flexible entity ends with a tagged section, and Kafka adds tagged fields to a version that
+already exists (that is what they are for): a newer broker may send a tag this kio was not
+generated with.  Kafka's own parsers keep such a field aside and carry on; kio's reader refuses
+the whole body, and kgw would close the client's connection over a response it could have
+passed on.  :func:`without_unknown_tags` copies a body, leaving out of every tagged section the
+tags its entity does not declare, so that kio can read it.  Only responses come through here
+(:func:`protocol.codecs.decode_response`): what kgw then passes on is what it decoded, without
+the field, as an older broker would have answered.  A request's unknown tag still fails its
+decode: kgw cannot authorize what it cannot read, and forwards nothing it has not read.
+
+The copy is made only after a decode failed on an unknown tag (rare), so it walks the entity's
+dataclass fields directly, with :mod:`protocol.bounds`' steps for primitive fields and its
+checks of every length against the bytes that are there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from functools import lru_cache
+from typing import Any
+
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field, get_field_tag
+
+from protocol.bounds import LengthError, _length, _nullable, _uvarint, _walk, primitive_step
+from protocol.wire import uvarint_bytes
+
+__all__ = ["without_unknown_tags"]
+
+
+def without_unknown_tags(cls: type, buf: memoryview | bytes, offset: int) -> bytes:
+    """``cls`` encoded at ``buf[offset:]``, every tag its entities do not declare left out.
+
+    Raises:
+        LengthError: the body is malformed (a length claims more than remains, it ends early).
+    """
+    out: list[bytes | memoryview] = []
+    view = memoryview(buf)
+    try:
+        _copy(cls, view, offset, len(view), out)
+    except (IndexError, struct.error):
+        raise LengthError(f"{cls.__name__}: the response ends inside a field") from None
+    return b"".join(out)
+
+
+@lru_cache(maxsize=None)
+def _layout(cls: type) -> tuple[bool, tuple[tuple[str, Any], ...], frozenset[int]]:
+    """(flexible, one step per field in the body, the tags ``cls`` declares): ``("entity", (sub,
+    nullable))``, ``("entities", (sub, nullable))`` or a plan step of :mod:`protocol.bounds`."""
+    flexible = bool(getattr(cls, "__flexible__", False))
+    steps: list[tuple[str, Any]] = []
+    tags = set()
+    for f in dataclasses.fields(cls):
+        tag = get_field_tag(f) if flexible else None
+        if tag is not None:
+            tags.add(tag)
+            continue
+        shape = classify_field(f)
+        nullable = _nullable(f.type)
+        if isinstance(shape, EntityTupleField):
+            steps.append(("entities", (shape.type_, nullable)))
+        elif isinstance(shape, EntityField):
+            steps.append(("entity", (shape.type_, nullable)))
+        else:
+            steps.append(primitive_step(cls, f))
+    return flexible, tuple(steps), frozenset(tags)
+
+
+def _copy(cls: type, buf: memoryview, off: int, end: int, out: list[bytes | memoryview]) -> int:
+    """Append ``cls``'s bytes at ``off`` to ``out`` without its unknown tags; the offset after it."""
+    flexible, steps, known = _layout(cls)
+    start = off  # of the bytes not yet appended
+    for kind, arg in steps:
+        if kind == "entities":
+            sub, nullable = arg
+            n, off = _length(buf, off, end, flexible, True, "an array count", nullable)
+            out.append(buf[start:off])
+            for _ in range(max(n, 0)):
+                off = _copy(sub, buf, off, end, out)
+            start = off
+        elif kind == "entity":
+            sub, nullable = arg
+            if nullable:
+                marker = buf[off]
+                off += 1
+                if marker == 0xFF:  # int8 -1: null
+                    continue
+            out.append(buf[start:off])
+            off = start = _copy(sub, buf, off, end, out)
+        else:
+            off = _walk((flexible, ((kind, arg),)), buf, off, end)
+    out.append(buf[start:off])
+    if flexible:
+        off = _tags(buf, off, end, known, out)
+    return off
+
+
+def _tags(buf: memoryview, off: int, end: int, known: frozenset[int], out: list[bytes | memoryview]) -> int:
+    """Append the tagged section at ``off`` with the ``known`` tags only; the offset after it."""
+    count, off = _uvarint(buf, off)
+    if count > end - off:
+        raise LengthError(f"{count} tagged fields claim more than the {end - off} bytes left")
+    kept: list[bytes | memoryview] = []
+    for _ in range(count):
+        field = off
+        tag, off = _uvarint(buf, off)
+        size, off = _uvarint(buf, off)
+        if size > end - off:
+            raise LengthError(f"a tagged field of {size} bytes claims more than the {end - off} left")
+        off += size
+        if tag in known:
+            kept.append(buf[field:off])
+    out.append(uvarint_bytes(len(kept)))
+    out += kept
+    return off
+
