@@ -198,6 +198,14 @@ def _unwrap_optional(tp: Any) -> Any:
     return tp
 
 
+def struct_present(buf: memoryview | bytes, off: int, nullable: bool) -> tuple[bool, int]:
+    """Whether a nested entity follows at ``off`` (a nullable one's int8 marker is -1 for null),
+    and where it begins."""
+    if not nullable:
+        return True, off
+    return buf[off] != 0xFF, off + 1
+
+
 def _walk(plan: tuple[bool, tuple[Any, ...]], buf: memoryview | bytes, off: int, end: int) -> int:
     flexible, steps = plan
     for kind, arg in steps:
@@ -240,12 +248,9 @@ def _walk(plan: tuple[bool, tuple[Any, ...]], buf: memoryview | bytes, off: int,
                         off = _tags(buf, off, end)
         elif kind == "struct":
             sub, nullable = arg
-            if nullable:
-                marker = buf[off]
-                off += 1
-                if marker == 0xFF:  # int8 -1: null
-                    continue
-            off = _walk(sub, buf, off, end)
+            present, off = struct_present(buf, off, nullable)
+            if present:
+                off = _walk(sub, buf, off, end)
         else:  # tags
             off = _tags(buf, off, end)
         if off > end:

@@ -26,7 +26,7 @@ from typing import Any
 
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, get_field_tag
 
-from protocol.bounds import LengthError, _length, _nullable, _uvarint, _walk, primitive_step
+from protocol.bounds import LengthError, _length, _nullable, _uvarint, _walk, primitive_step, struct_present
 from protocol.wire import uvarint_bytes
 
 __all__ = ["without_unknown_tags"]
@@ -84,13 +84,10 @@ def _copy(cls: type, buf: memoryview, off: int, end: int, out: list[bytes | memo
             start = off
         elif kind == "entity":
             sub, nullable = arg
-            if nullable:
-                marker = buf[off]
-                off += 1
-                if marker == 0xFF:  # int8 -1: null
-                    continue
-            out.append(buf[start:off])
-            off = start = _copy(sub, buf, off, end, out)
+            present, off = struct_present(buf, off, nullable)
+            if present:
+                out.append(buf[start:off])
+                off = start = _copy(sub, buf, off, end, out)
         else:
             off = _walk((flexible, ((kind, arg),)), buf, off, end)
     out.append(buf[start:off])
