@@ -16,6 +16,9 @@
  * varints, no record errors, no tagged fields before the end), and None for any other or for
  * anything malformed: produce.py's Python walk then reads it and names what is wrong.
  *
+ * metadata_partitions_end(buf, offset, count, version) skips a Metadata response topic's partitions
+ * (protocol/apis/metadata.py's answer walk; None for anything that walk would not read alike).
+ *
  * request_header(body) parses the usual request header as protocol/headers.py's reference
  * (parse_request_header_python) does, and returns None for any other (see request_header).
  *
@@ -1401,6 +1404,65 @@ static PyObject *check_lengths(PyObject *module, PyObject *const *args, Py_ssize
     return PyLong_FromSsize_t(off);
 }
 
+/* Skips `count` partitions of a Metadata response's topic entry from c->off, as the partition
+ * loop of protocol/apis/metadata.py's _Answer._walk (its reference) does: error, index, leader
+ * (and its epoch from v7), the replica, in-sync (and offline from v5) node lists, tagged fields
+ * from v9.  The offset after them, or -1 for anything that loop would not read the same way (a
+ * count not a compact int32, a null list, a field past the end): the reference then names it. */
+static Py_ssize_t md_partitions_end(Cursor *c, long count, long version)
+{
+    int flexible = version >= 9;
+    Py_ssize_t head = version < 7 ? 10 : 14;
+    int lists = version < 5 ? 2 : 3;
+    for (long i = 0; i < count; i++) {
+        c->off += head;
+        for (int l = 0; l < lists; l++) {
+            long nodes;
+            if (flexible) {
+                if (!uvarint32(c, &nodes))
+                    return -1;
+                nodes -= 1;
+            } else {
+                if (c->off < 0 || c->off + 4 > c->n)
+                    return -1;
+                nodes = be32(c->p + c->off);
+                c->off += 4;
+            }
+            if (nodes < 0 || nodes > (c->n - c->off) / 4)
+                return -1;
+            c->off += 4 * (Py_ssize_t)nodes;
+        }
+        if (flexible && !skip_tags(c))
+            return -1;
+        if (c->off > c->n)
+            return -1;
+    }
+    return c->off;
+}
+
+static PyObject *metadata_partitions_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "metadata_partitions_end(buf, offset, count, version) takes 4 arguments");
+        return NULL;
+    }
+    long count = PyLong_AsLong(args[2]);
+    if (count == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    Py_ssize_t off;
+    long version;
+    int got = walk_args(args, 3, &view, &off, &version);
+    if (got <= 0)
+        return got < 0 ? NULL : Py_NewRef(Py_None);
+    Cursor c = {(const unsigned char *)view.buf, view.len, off};
+    Py_ssize_t end = md_partitions_end(&c, count, version);
+    PyBuffer_Release(&view);
+    if (end < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromSsize_t(end);
+}
+
 static PyMethodDef methods[] = {
     {"uuids_kept", uuids_kept, METH_NOARGS, "uuids_kept() -> how many topic ids' UUIDs are kept now"},
     {"check_lengths", (PyCFunction)(void (*)(void))check_lengths, METH_FASTCALL,
@@ -1413,6 +1475,8 @@ static PyMethodDef methods[] = {
      "walk_fetch(frame, offset, version) -> (replica id, max wait, session id, epoch, topics, forgotten) | None"},
     {"fetch_response_tags", (PyCFunction)(void (*)(void))fetch_response_tags, METH_FASTCALL,
      "fetch_response_tags(frame, offset, version) -> offset of the top-level tags | None"},
+    {"metadata_partitions_end", (PyCFunction)(void (*)(void))metadata_partitions_end, METH_FASTCALL,
+     "metadata_partitions_end(buf, offset, count, version) -> the offset after them | None"},
     {"request_header", (PyCFunction)(void (*)(void))request_header, METH_FASTCALL,
      "request_header(body) -> RequestHeader | None"},
     {"bind_header", (PyCFunction)(void (*)(void))bind_header, METH_FASTCALL,

@@ -283,8 +283,6 @@ class _Answer:
         count, off = array_len(buf, off, flexible)
         if count < 0:
             raise WalkError("null topic list")
-        partition_head = 10 if version < 7 else 14  # error, index, leader (and its epoch from v7)
-        node_lists = 2 if version < 5 else 3  # replicas, in-sync (and offline from v5)
         topics = []
         for _ in range(count):
             start = off
@@ -307,18 +305,9 @@ class _Answer:
             partitions, off = array_len(buf, off, flexible)
             if partitions < 0:
                 raise WalkError("null partition list")
-            for _ in range(partitions):  # (a large cluster's answer is nearly all partitions)
-                off += partition_head
-                for _ in range(node_lists):
-                    if flexible and buf[off] < 0x80:  # a one-byte count: nearly every list
-                        nodes, off = buf[off] - 1, off + 1
-                    else:
-                        nodes, off = array_len(buf, off, flexible)
-                    if nodes < 0:
-                        raise WalkError("null node list")
-                    off += 4 * nodes
-                if flexible:
-                    off = off + 1 if buf[off] == 0 else skip_tagged(buf, off)
+            if partitions:  # (a large cluster's answer is nearly all partitions)
+                end = None if _native_partitions_end is None else _native_partitions_end(buf, off, partitions, version)
+                off = _partitions_end(buf, off, partitions, version) if end is None else end
             ops_at = off
             if version >= 8:
                 off += 4  # topic_authorized_operations
@@ -359,6 +348,28 @@ class _Answer:
         else:
             tail = (_I32.pack(cluster_ops), buf[tail_at + 4:])
         return b"".join((buf[self.off:self.count_at], size, *entries, *tail))
+
+
+def _partitions_end(buf: memoryview | bytes, off: int, count: int, version: int) -> int:
+    """Where the ``count`` partitions of a topic entry at ``off`` end: in C
+    (``protocol/_native.c``'s ``metadata_partitions_end``) where it was built, this walk the
+    reference, which also reads what the C walk declines and names what is wrong."""
+    flexible = version >= 9
+    head = 10 if version < 7 else 14  # error, index, leader (and its epoch from v7)
+    node_lists = 2 if version < 5 else 3  # replicas, in-sync (and offline from v5)
+    for _ in range(count):
+        off += head
+        for _ in range(node_lists):
+            if flexible and buf[off] < 0x80:  # a one-byte count: nearly every list
+                nodes, off = buf[off] - 1, off + 1
+            else:
+                nodes, off = array_len(buf, off, flexible)
+            if nodes < 0:
+                raise WalkError("null node list")
+            off += 4 * nodes
+        if flexible:
+            off = off + 1 if buf[off] == 0 else skip_tagged(buf, off)
+    return off
 
 
 def _walk_answer(version: int, buf: memoryview | bytes, off: int) -> _Answer:
@@ -437,6 +448,14 @@ def _rewrite_brokers(version: int, buf: memoryview, off: int, nodes: NodeMap) ->
             kept += (_I32.pack(node_id), string_bytes(address[0], flexible), _I32.pack(address[1]), buf[rest:off])
     size = len(kept) // 4
     return b"".join((head, uvarint_bytes(size + 1) if flexible else _I32.pack(size), *kept, buf[off:]))
+
+
+try:  # the partitions' walk in C, built by pip where a compiler is found
+    from protocol import _native
+except ImportError:  # pragma: no cover - a build without a compiler: the reference alone
+    _native_partitions_end = None
+else:
+    _native_partitions_end = _native.metadata_partitions_end
 
 
 SPECS = (

@@ -226,3 +226,54 @@ def test_every_cut_of_an_answer_fails_as_a_codec_error(version):
     for cut in range(last):
         with pytest.raises(CodecError):
             decision.merge(memoryview(body[:cut]), 0)
+
+
+@pytest.mark.parametrize("version", range(0, 14))
+def test_the_partitions_walk_in_c_ends_where_the_reference_does(version):
+    """The partitions of a topic entry, walked in C (protocol/_native.c): kio's encodings are
+    walked there, not declined, to the reference's offset; any cut or changed byte is either
+    declined (None: the reference reads it) or walked to the reference's offset."""
+    assert metadata._native_partitions_end is not None  # built by make setup
+    tcls = nested(response_class(3, version), "topics")
+    pcls = nested(tcls, "partitions")
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.from_type(pcls), max_size=4), st.integers(0, 3), st.data())
+    def check(partitions, lead, data):
+        topic = make(tcls, error_code=ErrorCode(0), name="t", topic_id=None, is_internal=False,
+                     partitions=tuple(partitions), topic_authorized_operations=i32(0))
+        entry = bytes(lead) + _one_topic_only(version, topic)
+        count, at = metadata.array_len(entry, _partitions_at(version, lead), version >= 9)
+        assert count == len(partitions)
+        end = metadata._partitions_end(entry, at, count, version)
+        assert metadata._native_partitions_end(entry, at, count, version) == end
+        cut = data.draw(st.integers(0, len(entry)))
+        flipped = bytearray(entry)
+        if flipped:
+            flipped[data.draw(st.integers(0, len(entry) - 1))] = data.draw(st.integers(0, 255))
+        for buf in (entry[:cut], bytes(flipped)):
+            native = metadata._native_partitions_end(buf, at, count, version)
+            if native is not None:
+                assert native == metadata._partitions_end(buf, at, count, version)
+
+    check()
+
+
+def _one_topic_only(version, topic):
+    """A topic entry's bytes alone: a response of that one topic, its head and tail cut off."""
+    cls = response_class(3, version)
+    empty = make(cls, throttle_time=timedelta(0), brokers=(), cluster_id=None, controller_id=i32(1), topics=(),
+                 cluster_authorized_operations=i32(0), error_code=ErrorCode(0))
+    head = len(encode(empty)) - _tail_size(version)  # up to and including the (empty) topic count
+    body = encode(dataclasses.replace(empty, topics=(topic,)))
+    return body[head:len(body) - _tail_size(version)]
+
+
+def _tail_size(version):
+    return (4 if 8 <= version <= 10 else 0) + (2 if version >= 13 else 0) + (1 if version >= 9 else 0)
+
+
+def _partitions_at(version, lead):
+    """Where the partition count of ``_one_topic_only``'s entry ("t", after ``lead`` bytes) is."""
+    flexible = version >= 9
+    return lead + 2 + (2 if flexible else 3) + (16 if version >= 10 else 0) + (1 if version >= 1 else 0)
