@@ -15,7 +15,7 @@ decode: kgw cannot authorize what it cannot read, and forwards nothing it has no
 The copy is made only after a decode failed on an unknown tag (rare), so it walks the entity's
 dataclass fields directly, with :mod:`protocol.bounds`' steps for primitive fields and its
 checks of every length against the bytes that are there.  A declared tag's value is copied as it
-came: an unknown tag inside it (none of Kafka's tagged fields nests one so far) still fails.
+came: an unknown tag inside it (a tagged struct's own tagged section) still fails the decode.
 """
 
 from __future__ import annotations
