@@ -14,8 +14,9 @@ decode: kgw cannot authorize what it cannot read, and forwards nothing it has no
 
 The copy is made only after a decode failed on an unknown tag (rare), so it walks the entity's
 dataclass fields directly, with :mod:`protocol.bounds`' steps for primitive fields and its
-checks of every length against the bytes that are there.  A declared tag's value is copied as it
-came: an unknown tag inside it (a tagged struct's own tagged section) still fails the decode.
+checks of every length against the bytes that are there.  A declared tag whose value holds
+entities (a tagged struct such as Fetch's current leader, an array such as the node endpoints) is
+copied the same way, its size written again.
 """
 
 from __future__ import annotations
@@ -48,71 +49,100 @@ def without_unknown_tags(cls: type, buf: memoryview | bytes, offset: int) -> byt
     return b"".join(out)
 
 
+Step = tuple[str, Any]
+
+
 @lru_cache(maxsize=None)
-def _layout(cls: type) -> tuple[bool, tuple[tuple[str, Any], ...], frozenset[int]]:
-    """(flexible, one step per field in the body, the tags ``cls`` declares): ``("entity", (sub,
-    nullable))``, ``("entities", (sub, nullable))`` or a plan step of :mod:`protocol.bounds`."""
+def _layout(cls: type) -> tuple[bool, tuple[Step, ...], dict[int, Step | None]]:
+    """(flexible, one step per field in the body, the tags ``cls`` declares): a step is
+    ``("entity", (sub, nullable))``, ``("entities", (sub, nullable))`` or a plan step of
+    :mod:`protocol.bounds`; a declared tag maps to its field's step when its value holds entities
+    (whose own tagged sections are copied the same way), else to None (its value copied whole)."""
     flexible = bool(getattr(cls, "__flexible__", False))
-    steps: list[tuple[str, Any]] = []
-    tags = set()
+    steps: list[Step] = []
+    tags: dict[int, Step | None] = {}
     for f in dataclasses.fields(cls):
-        tag = get_field_tag(f) if flexible else None
-        if tag is not None:
-            tags.add(tag)
-            continue
         shape = classify_field(f)
         nullable = _nullable(f.type)
         if isinstance(shape, EntityTupleField):
-            steps.append(("entities", (shape.type_, nullable)))
+            step: Step | None = ("entities", (shape.type_, nullable))
         elif isinstance(shape, EntityField):
-            steps.append(("entity", (shape.type_, nullable)))
+            step = ("entity", (shape.type_, nullable))
         else:
-            steps.append(primitive_step(cls, f))
-    return flexible, tuple(steps), frozenset(tags)
+            step = None
+        tag = get_field_tag(f) if flexible else None
+        if tag is not None:
+            tags[tag] = step
+        else:
+            steps.append(step if step is not None else primitive_step(cls, f))
+    return flexible, tuple(steps), tags
 
 
 def _copy(cls: type, buf: memoryview, off: int, end: int, out: list[bytes | memoryview]) -> int:
     """Append ``cls``'s bytes at ``off`` to ``out`` without its unknown tags; the offset after it."""
     flexible, steps, known = _layout(cls)
     start = off  # of the bytes not yet appended
-    for kind, arg in steps:
-        if kind == "entities":
-            sub, nullable = arg
-            n, off = _length(buf, off, end, flexible, True, "an array count", nullable)
-            out.append(buf[start:off])
-            for _ in range(max(n, 0)):
-                off = _copy(sub, buf, off, end, out)
-            start = off
-        elif kind == "entity":
-            sub, nullable = arg
-            present, off = struct_present(buf, off, nullable)
-            if present:
-                out.append(buf[start:off])
-                off = start = _copy(sub, buf, off, end, out)
-        else:
-            off = _walk((flexible, ((kind, arg),)), buf, off, end)
+    for step in steps:
+        off, start = _copy_field(step, flexible, buf, off, end, out, start)
     out.append(buf[start:off])
     if flexible:
         off = _tags(buf, off, end, known, out)
     return off
 
 
-def _tags(buf: memoryview, off: int, end: int, known: frozenset[int], out: list[bytes | memoryview]) -> int:
-    """Append the tagged section at ``off`` with the ``known`` tags only; the offset after it."""
+def _copy_field(step: Step, flexible: bool, buf: memoryview, off: int, end: int, out: list[bytes | memoryview],
+                start: int) -> tuple[int, int]:
+    """Walk one field at ``off``, appending to ``out`` what lies before its entities' tagged
+    sections (from ``start``, the first byte not yet appended); (the offset after the field, the
+    first byte not yet appended)."""
+    kind, arg = step
+    if kind == "entities":
+        sub, nullable = arg
+        n, off = _length(buf, off, end, flexible, True, "an array count", nullable)
+        out.append(buf[start:off])
+        for _ in range(max(n, 0)):
+            off = _copy(sub, buf, off, end, out)
+        return off, off
+    if kind == "entity":
+        sub, nullable = arg
+        present, off = struct_present(buf, off, nullable)
+        if not present:
+            return off, start
+        out.append(buf[start:off])
+        off = _copy(sub, buf, off, end, out)
+        return off, off
+    return _walk((flexible, (step,)), buf, off, end), start
+
+
+def _tags(buf: memoryview, off: int, end: int, known: dict[int, Step | None], out: list[bytes | memoryview]) -> int:
+    """Append the tagged section at ``off`` with the ``known`` tags only, each value holding
+    entities copied without their own unknown tags; the offset after it."""
     count, off = _uvarint(buf, off)
     if count > end - off:
         raise LengthError(f"{count} tagged fields claim more than the {end - off} bytes left")
     kept: list[bytes | memoryview] = []
+    fields = 0
     for _ in range(count):
         field = off
         tag, off = _uvarint(buf, off)
         size, off = _uvarint(buf, off)
         if size > end - off:
             raise LengthError(f"a tagged field of {size} bytes claims more than the {end - off} left")
-        off += size
-        if tag in known:
+        value_at, off = off, off + size
+        if tag not in known:
+            continue
+        fields += 1
+        step = known[tag]
+        if step is None:
             kept.append(buf[field:off])
-    out.append(uvarint_bytes(len(kept)))
+            continue
+        value: list[bytes | memoryview] = []
+        value_end, rest = _copy_field(step, True, buf, value_at, off, value, value_at)
+        if value_end != off:
+            raise LengthError(f"tagged field {tag}'s value ends {off - value_end} bytes before its size says")
+        value.append(buf[rest:value_end])
+        data = b"".join(value)
+        kept += (uvarint_bytes(tag), uvarint_bytes(len(data)), data)
+    out.append(uvarint_bytes(fields))
     out += kept
     return off
-

@@ -717,13 +717,19 @@ MUTATIONS = (
              ("tests/unit/protocol/test_metadata_merge.py::"
               "test_the_partitions_walk_in_c_ends_where_the_reference_does",)),
     Mutation("responses: a newer broker's unknown tagged field kept for kio", "protocol/unknown_tags.py",
-             "        if tag in known:\n", "        if True:\n",
+             "        if tag not in known:\n            continue\n",
+             "        if tag not in known:\n            kept.append(buf[field:off])\n            fields += 1\n"
+             "            continue\n",
              ("tests/unit/protocol/test_unknown_tags.py::"
               "test_an_unknown_tag_inside_an_entity_of_an_array_is_left_out_there",)),
     Mutation("Metadata walk in C: a partition's tagged fields not skipped", "protocol/_native.c",
              "        if (flexible && !skip_tags(c))\n            return -1;\n        if (c->off > c->n)",
              "        if (c->off > c->n)",
              ("tests/unit/protocol/test_metadata_merge.py::test_the_partitions_walk_in_c_ends_where_the_reference_does",)),
+    Mutation("responses: an unknown tag inside a tagged array of entities kept", "protocol/unknown_tags.py",
+             "        step = known[tag]\n        if step is None:\n", "        step = known[tag]\n        if True:\n",
+             ("tests/unit/protocol/test_unknown_tags.py::"
+              "test_an_unknown_tag_inside_a_tagged_array_of_entities_is_left_out_there",)),
     Mutation("upstream: a refused connect's socket left open", "gateway/upstream/cluster.py",
              "        sock.close()\n        if isinstance(e, OSError)", "        if isinstance(e, OSError)",
              ("tests/unit/gateway/test_connection_setup.py",)),

@@ -9,7 +9,7 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records, i32
 
@@ -60,6 +60,10 @@ def test_any_response_decodes_the_same_with_an_unknown_top_level_tag(key, versio
     def check(entity):
         body = encode(_without_tagged_values(entity))
         assert without_unknown_tags(cls, body, 0) == body
+        try:
+            decode_response(key, version, body, 0)
+        except CodecError:  # kio encodes some values it cannot read back (a lifetime's overflow)
+            assume(False)
         if body[-1] != 0:  # a tagged field kio declares but cannot leave unset
             return
         newer = body[:-1] + UNKNOWN
@@ -124,3 +128,25 @@ def test_an_unknown_tag_cut_short_is_a_codec_error(cut):
         decode_response(10, 4, newer, 0)
     with pytest.raises(CodecError):  # a tag count claiming more than there is
         decode_response(10, 4, body[:-1] + bytes([9]) + UNKNOWN[1:], 0)
+
+
+def test_an_unknown_tag_inside_a_tagged_array_of_entities_is_left_out_there():
+    """Produce v10's node endpoints (KIP-951) are a tagged array of entities with tagged sections
+    of their own: a newer broker's tag in an endpoint is left out, the array's size written again."""
+    cls = response_class(0, 10)
+    ecls = nested(cls, "node_endpoints")
+    bare = make(cls, throttle_time=timedelta(0), responses=())
+    endpoint = make(ecls, node_id=i32(3), host="b3", port=i32(9092), rack=None)
+    body = encode(dataclasses.replace(bare, node_endpoints=(endpoint,)))
+    head = encode(bare)[:-1]  # up to the (empty) top-level tagged section
+    value = body[len(head) + 3:]  # after the section's count, the tag (0) and the value's size
+    assert body[len(head):len(head) + 3] == bytes([1, 0, len(value)]) and value[-1] == 0
+    newer_value = value[:-1] + UNKNOWN  # the endpoint's own tagged section
+    newer = head + bytes([1, 0, len(newer_value)]) + newer_value
+    with pytest.raises(UnknownTagError):
+        _decode_checked(cls, newer, 0)
+    assert decode_response(0, 10, newer, 0) == decode_response(0, 10, body, 0)
+    assert without_unknown_tags(cls, newer, 0) == body
+    liar = head + bytes([1, 0, len(newer_value) + 1]) + newer_value + b"\x00"  # a size past its value
+    with pytest.raises(CodecError):
+        decode_response(0, 10, liar, 0)
