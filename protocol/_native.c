@@ -16,7 +16,7 @@
  * varints, no record errors, no tagged fields before the end), and None for any other or for
  * anything malformed: produce.py's Python walk then reads it and names what is wrong.
  *
- * metadata_partitions_end(buf, offset, count, version) skips a Metadata response topic's partitions
+ * metadata_partitions_end(buf, offset, version, count) skips a Metadata response topic's partitions
  * (protocol/apis/metadata.py's answer walk; None for anything that walk would not read alike).
  *
  * request_header(body) parses the usual request header as protocol/headers.py's reference
@@ -561,12 +561,12 @@ static int response_tags_at(Cursor *c, long version)
     return count != 0;
 }
 
-/* The (frame, offset, version) of a walk as a cursor on the frame's bytes (release *view): 1;
- * 0 when the walk declines (None); -1 with an error set. */
-static int response_cursor(PyObject *const *args, Py_ssize_t nargs, const char *usage, Py_buffer *view,
-                           Cursor *c, long *version)
+/* The (frame, offset, version, then arity - 3 more) of a walk as a cursor on the frame's bytes
+ * (release *view): 1; 0 when the walk declines (None); -1 with an error set. */
+static int response_cursor(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t arity, const char *usage,
+                           Py_buffer *view, Cursor *c, long *version)
 {
-    if (nargs != 3) {
+    if (nargs != arity) {
         PyErr_SetString(PyExc_TypeError, usage);
         return -1;
     }
@@ -583,7 +583,7 @@ static PyObject *produce_response_tags(PyObject *module, PyObject *const *args, 
     Py_buffer view;
     Cursor c;
     long version;
-    int got = response_cursor(args, nargs, "produce_response_tags(frame, offset, version)", &view, &c, &version);
+    int got = response_cursor(args, nargs, 3, "produce_response_tags(frame, offset, version)", &view, &c, &version);
     if (got <= 0)
         return got < 0 ? NULL : Py_NewRef(Py_None);
     int found = response_tags_at(&c, version);
@@ -682,7 +682,7 @@ static PyObject *walk_fetch(PyObject *module, PyObject *const *args, Py_ssize_t 
     Py_buffer view;
     Cursor c;
     long version;
-    int got = response_cursor(args, nargs, "walk_fetch(frame, offset, version)", &view, &c, &version);
+    int got = response_cursor(args, nargs, 3, "walk_fetch(frame, offset, version)", &view, &c, &version);
     if (got <= 0)
         return got < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *topics = NULL, *forgotten = NULL, *rack = NULL, *result = NULL;
@@ -812,7 +812,7 @@ static PyObject *fetch_response_tags(PyObject *module, PyObject *const *args, Py
     Py_buffer view;
     Cursor c;
     long version;
-    int got = response_cursor(args, nargs, "fetch_response_tags(frame, offset, version)", &view, &c, &version);
+    int got = response_cursor(args, nargs, 3, "fetch_response_tags(frame, offset, version)", &view, &c, &version);
     if (got <= 0)
         return got < 0 ? NULL : Py_NewRef(Py_None);
     if (version < 13) {  /* (names: the reference reads them as UTF-8) */
@@ -1442,20 +1442,18 @@ static Py_ssize_t md_partitions_end(Cursor *c, long count, long version)
 
 static PyObject *metadata_partitions_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "metadata_partitions_end(buf, offset, count, version) takes 4 arguments");
-        return NULL;
-    }
-    long count = PyLong_AsLong(args[2]);
-    if (count == -1 && PyErr_Occurred())
-        return NULL;
     Py_buffer view;
-    Py_ssize_t off;
+    Cursor c;
     long version;
-    int got = walk_args(args, 3, &view, &off, &version);
+    int got = response_cursor(args, nargs, 4, "metadata_partitions_end(buf, offset, version, count)", &view, &c,
+                              &version);
     if (got <= 0)
         return got < 0 ? NULL : Py_NewRef(Py_None);
-    Cursor c = {(const unsigned char *)view.buf, view.len, off};
+    long count = PyLong_AsLong(args[3]);
+    if (count == -1 && PyErr_Occurred()) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
     Py_ssize_t end = md_partitions_end(&c, count, version);
     PyBuffer_Release(&view);
     if (end < 0)
@@ -1476,7 +1474,7 @@ static PyMethodDef methods[] = {
     {"fetch_response_tags", (PyCFunction)(void (*)(void))fetch_response_tags, METH_FASTCALL,
      "fetch_response_tags(frame, offset, version) -> offset of the top-level tags | None"},
     {"metadata_partitions_end", (PyCFunction)(void (*)(void))metadata_partitions_end, METH_FASTCALL,
-     "metadata_partitions_end(buf, offset, count, version) -> the offset after them | None"},
+     "metadata_partitions_end(buf, offset, version, count) -> the offset after them | None"},
     {"request_header", (PyCFunction)(void (*)(void))request_header, METH_FASTCALL,
      "request_header(body) -> RequestHeader | None"},
     {"bind_header", (PyCFunction)(void (*)(void))bind_header, METH_FASTCALL,

@@ -13,7 +13,7 @@ def walk_fetch(frame: memoryview | bytes, offset: int, version: int) -> tuple[in
     """What walk_fetch_request_python reads of a usual Fetch request; None: the reference reads it."""
 def fetch_response_tags(frame: memoryview | bytes, offset: int, version: int) -> int | None:
     """Where a v13+ Fetch response's top-level tags start; None: the reference walks it."""
-def metadata_partitions_end(buf: memoryview | bytes, offset: int, count: int, version: int) -> int | None:
+def metadata_partitions_end(buf: memoryview | bytes, offset: int, version: int, count: int) -> int | None:
     """Where a Metadata response topic's partitions end; None: the reference walks them."""
 def check_lengths(plan: tuple[bool, tuple[Any, ...]], buf: memoryview | bytes, offset: int) -> int | None:
     """Where an entity encoded at offset ends, its lengths checked; None: the reference walks it."""

@@ -306,7 +306,7 @@ class _Answer:
             if partitions < 0:
                 raise WalkError("null partition list")
             if partitions:  # (a large cluster's answer is nearly all partitions)
-                end = None if _native_partitions_end is None else _native_partitions_end(buf, off, partitions, version)
+                end = None if _native_partitions_end is None else _native_partitions_end(buf, off, version, partitions)
                 off = _partitions_end(buf, off, partitions, version) if end is None else end
             ops_at = off
             if version >= 8:

@@ -246,13 +246,13 @@ def test_the_partitions_walk_in_c_ends_where_the_reference_does(version):
         count, at = metadata.array_len(entry, _partitions_at(version, lead), version >= 9)
         assert count == len(partitions)
         end = metadata._partitions_end(entry, at, count, version)
-        assert metadata._native_partitions_end(entry, at, count, version) == end
+        assert metadata._native_partitions_end(entry, at, version, count) == end
         cut = data.draw(st.integers(0, len(entry)))
         flipped = bytearray(entry)
         if flipped:
             flipped[data.draw(st.integers(0, len(entry) - 1))] = data.draw(st.integers(0, 255))
         for buf in (entry[:cut], bytes(flipped)):
-            native = metadata._native_partitions_end(buf, at, count, version)
+            native = metadata._native_partitions_end(buf, at, version, count)
             if native is not None:
                 assert native == metadata._partitions_end(buf, at, count, version)
 
