@@ -63,7 +63,7 @@ from protocol.errors import (
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from protocol.headers import RequestHeader
-from protocol.apis.topic_common import CLUSTER, INTERNAL_TOPICS, OPS_NOT_REQUESTED, Op, TOPIC, _ZERO_TIME, _ZERO_UUID, _distinct, _elem
+from protocol.apis.topic_common import CLUSTER, INTERNAL_TOPICS, OPS_NOT_REQUESTED, Op, TOPIC, _ZERO_TIME, _ZERO_UUID, _distinct
 from protocol.apis.addresses import rewrite_node_list
 from protocol.apis.base import NodeMap
 from protocol import wire
@@ -76,11 +76,6 @@ CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _ZERO_ID = bytes(16)
-
-
-def _md_error_topic(cls: Any, error: int, name: str | None, topic_id: UUID | None, internal: bool = False) -> Any:
-    return make(cls, error_code=ErrorCode(error), name=name, topic_id=topic_id, is_internal=internal,
-                partitions=(), topic_authorized_operations=i32(OPS_NOT_REQUESTED))
 
 
 def _topic_ops(auth: AuthHelper, name: str, include_ops: bool) -> int:
@@ -113,20 +108,18 @@ def _enforce_metadata(auth: AuthHelper, header: RequestHeader, body: memoryview,
         return FORWARD
     request = info.decoded
     version = header.api_version
-    cls = response_class(3, version)
-    topic_cls = _elem(cls, "topics")
     include_ops = bool(getattr(request, "include_topic_authorized_operations", False))
     all_topics = request.topics is None or (version == 0 and not request.topics)
 
     if not all_topics and version < 12 and any(
             t.name is None or getattr(t, "topic_id", None) is not None for t in request.topics):
         # Kafka: InvalidRequestException -> MetadataRequest.getErrorResponse
-        error_topics = tuple(_md_error_topic(topic_cls, INVALID_REQUEST, t.name or "", getattr(t, "topic_id", None))
-                             for t in request.topics)
-        return Decision(respond=encode(make(cls, throttle_time=_ZERO_TIME, brokers=(), cluster_id=None,
-                                            controller_id=i32(-1), topics=error_topics,
-                                            cluster_authorized_operations=i32(OPS_NOT_REQUESTED),
-                                            error_code=ErrorCode(INVALID_REQUEST))))
+        empty = encode(make(response_class(3, version), throttle_time=_ZERO_TIME, brokers=(), cluster_id=None,
+                            controller_id=i32(-1), topics=(), cluster_authorized_operations=i32(OPS_NOT_REQUESTED),
+                            error_code=ErrorCode(INVALID_REQUEST)))
+        entries: list[bytes | memoryview] = [
+            _error_entry(version, INVALID_REQUEST, t.name or "", getattr(t, "topic_id", None)) for t in request.topics]
+        return Decision(respond=_Answer(version, empty, 0).with_topics(len(entries), entries, None))
 
     ids = [] if all_topics else [t.topic_id for t in request.topics
                                  if getattr(t, "topic_id", None) is not None and t.topic_id != _ZERO_UUID]
