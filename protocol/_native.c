@@ -11,6 +11,12 @@
  * records are not exactly one acceptable magic-v2 batch is handed to the reference's
  * check_batch for its error.  Every read is bounds-checked against the buffer's length.
  *
+ * produce_sole(frame, offset, flexible, version) walks the same request for what the dispatcher's
+ * express path (gateway/connection/_plane_steps.c) needs of the usual one: its one topic's name and
+ * partition count, acks and timeout, when it names one topic by name and every partition holds one
+ * batch batch_ok passes, none transactional (what produce.py's _sole_action asks the decision memo
+ * about); None for any other request, which the dispatcher then walks as always.
+ *
  * produce_response_tags(frame, offset, version) says whether a flexible Produce response ends with
  * tagged fields (KIP-951's node endpoints, which kgw rewrites), for the usual shape only (short
  * varints, no record errors, no tagged fields before the end), and None for any other or for
@@ -325,15 +331,20 @@ static PyObject *topic_uuid(const unsigned char *raw16)
 #define NOT_USUAL 0
 #define FAILED -1
 
-/* One topic entry; appends a TopicSpan to `topics`.  1, NOT_USUAL or FAILED. */
+/* One topic entry; appends a TopicSpan to `topics`.  1, NOT_USUAL or FAILED.  With `topics`
+ * NULL (produce_sole's walk) nothing is built: *sole_name (a new reference) and *sole_parts get
+ * the topic's name and partition count, and a topic by id or a partition whose records fail
+ * batch_ok is NOT_USUAL (the reference then says what it is). */
 static int walk_topic(Cursor *c, PyObject *frame, int flexible, long version, PyObject *topics,
-                      int *transactional, int *any_invalid)
+                      int *transactional, int *any_invalid, PyObject **sole_name, long *sole_parts)
 {
     Py_ssize_t start = c->off;
     PyObject *name = NULL, *topic_id = NULL, *partitions = NULL, *spans = NULL, *invalid = NULL;
-    int result = NOT_USUAL;
+    int result = NOT_USUAL, build_it = topics != NULL;
 
     if (version >= 13) {
+        if (!build_it)
+            goto done;
         if (c->off + 16 > c->n)
             goto done;
         if ((topic_id = topic_uuid(c->p + c->off)) == NULL)
@@ -352,13 +363,13 @@ static int walk_topic(Cursor *c, PyObject *frame, int flexible, long version, Py
     long n_parts;
     if (!length_of(c, flexible, 1, &n_parts) || n_parts < 0)
         goto done;
-    if ((partitions = PyList_New(0)) == NULL || (spans = PyList_New(0)) == NULL)
+    if (build_it && ((partitions = PyList_New(0)) == NULL || (spans = PyList_New(0)) == NULL))
         goto failed;
     for (long i = 0; i < n_parts; i++) {
         Py_ssize_t p_start = c->off;
         if (c->off + 4 > c->n)
             goto done;
-        if (append_new(partitions, PyLong_FromLong(be32(c->p + c->off))) < 0)
+        if (build_it && append_new(partitions, PyLong_FromLong(be32(c->p + c->off))) < 0)
             goto failed;
         c->off += 4;
         long size;
@@ -369,6 +380,8 @@ static int walk_topic(Cursor *c, PyObject *frame, int flexible, long version, Py
         if (size >= 23 && (c->p[rec_start + 22] & TRANSACTIONAL))
             *transactional = 1;
         if (!batch_ok(c->p, rec_start, rec_end, version)) {
+            if (!build_it)
+                goto done;
             PyObject *problem = PyObject_CallFunction(CheckBatch, "Onnl", frame, rec_start, rec_end, version);
             if (problem == NULL)
                 goto failed;
@@ -390,12 +403,18 @@ static int walk_topic(Cursor *c, PyObject *frame, int flexible, long version, Py
         }
         if (!empty_tags(c, flexible))
             goto done;
-        if (append_new(spans, pair(p_start, c->off)) < 0)
+        if (build_it && append_new(spans, pair(p_start, c->off)) < 0)
             goto failed;
     }
     Py_ssize_t parts_end = c->off;
     if (!empty_tags(c, flexible))
         goto done;
+    if (!build_it) {
+        *sole_name = Py_NewRef(name);
+        *sole_parts = n_parts;
+        result = 1;
+        goto done;
+    }
     Py_ssize_t offsets[4] = {start, c->off, parts_at, parts_end};
     PyObject *args[9] = {name, partitions, NULL, NULL, NULL, NULL, spans, invalid ? invalid : Py_None, topic_id};
     if (append_new(topics, build_with_offsets(&TopicSpanLayout, args, 2, offsets, 4)) < 0)
@@ -413,28 +432,45 @@ done:
     return result;
 }
 
+/* A Produce request's head: its transactional id (*txn, a new reference), acks, timeout, where its
+ * topic array begins and its count, the cursor then at the first topic.  1 (*txn set), NOT_USUAL
+ * or FAILED; a count that is not usual (or no room for acks and the timeout) is -1. */
+static int walk_head(Cursor *c, int flexible, PyObject **txn, int *acks, long *timeout_ms,
+                     Py_ssize_t *topics_at, long *n_topics)
+{
+    int got = string_at(c, flexible, 1, txn);
+    if (got <= 0)
+        return got < 0 ? FAILED : NOT_USUAL;
+    *n_topics = -1;
+    if (c->off + 6 > c->n)
+        return 1;
+    *acks = be16(c->p + c->off);
+    *timeout_ms = be32(c->p + c->off + 2);
+    c->off += 6;
+    *topics_at = c->off;
+    if (!length_of(c, flexible, 1, n_topics))
+        *n_topics = -1;
+    return 1;
+}
+
 static PyObject *walk(PyObject *frame, const unsigned char *p, Py_ssize_t n, Py_ssize_t off, int flexible,
                       long version)
 {
     Cursor c = {p, n, off};
     PyObject *txn = NULL, *topics = NULL, *shape = NULL;
-    int got = string_at(&c, flexible, 1, &txn);
-    if (got <= 0)
-        return got < 0 ? NULL : Py_NewRef(Py_None);
-    if (c.off + 6 > c.n)
-        goto not_usual;
-    int acks = be16(p + c.off);
-    long timeout_ms = be32(p + c.off + 2);
-    c.off += 6;
-    Py_ssize_t topics_at = c.off;
-    long n_topics;
-    if (!length_of(&c, flexible, 1, &n_topics) || n_topics < 0)
+    int acks = 0;
+    long timeout_ms = 0, n_topics = -1;
+    Py_ssize_t topics_at = 0;
+    int got = walk_head(&c, flexible, &txn, &acks, &timeout_ms, &topics_at, &n_topics);
+    if (got != 1)
+        return got == FAILED ? NULL : Py_NewRef(Py_None);
+    if (n_topics < 0)
         goto not_usual;
     if ((topics = PyList_New(0)) == NULL)
         goto failed;
     int transactional = 0, any_invalid = 0;
     for (long t = 0; t < n_topics; t++) {
-        int walked = walk_topic(&c, frame, flexible, version, topics, &transactional, &any_invalid);
+        int walked = walk_topic(&c, frame, flexible, version, topics, &transactional, &any_invalid, NULL, NULL);
         if (walked == FAILED)
             goto failed;
         if (walked == NOT_USUAL)
@@ -487,13 +523,43 @@ static int walk_args(PyObject *const *args, Py_ssize_t version_at, Py_buffer *vi
     return 1;
 }
 
-static PyObject *walk_produce(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* The usual Produce request of one topic, by name, whose partitions each hold one batch batch_ok
+ * passes and none a transactional one: (name, partition count, acks, timeout ms); None for any
+ * other shape and for anything walk() would not take. */
+static PyObject *sole_of(const unsigned char *p, Py_ssize_t n, Py_ssize_t off, int flexible, long version)
+{
+    Cursor c = {p, n, off};
+    PyObject *txn = NULL, *name = NULL;
+    int acks = 0, transactional = 0, any_invalid = 0;
+    long timeout_ms = 0, n_topics = -1, n_parts = 0;
+    Py_ssize_t topics_at = 0;
+    int got = walk_head(&c, flexible, &txn, &acks, &timeout_ms, &topics_at, &n_topics);
+    if (got != 1)
+        return got == FAILED ? NULL : Py_NewRef(Py_None);
+    Py_DECREF(txn);
+    if (n_topics != 1)
+        Py_RETURN_NONE;
+    got = walk_topic(&c, NULL, flexible, version, NULL, &transactional, &any_invalid, &name, &n_parts);
+    if (got != 1)
+        return got == FAILED ? NULL : Py_NewRef(Py_None);
+    PyObject *sole = NULL;
+    if (transactional || !empty_tags(&c, flexible) || c.off != c.n)
+        sole = Py_NewRef(Py_None);
+    else
+        sole = Py_BuildValue("(Olil)", name, n_parts, acks, timeout_ms);
+    Py_DECREF(name);
+    return sole;
+}
+
+/* walk_produce's and produce_sole's arguments (frame, offset, flexible, version) read and their
+ * walk run: walk() (None until bind() was called), or sole_of() when `sole`. */
+static PyObject *produce_walk_of(PyObject *const *args, Py_ssize_t nargs, const char *usage, int sole)
 {
     if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "walk_produce(frame, offset, flexible, version)");
+        PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
-    if (TopicSpan == NULL)
+    if (!sole && TopicSpan == NULL)
         Py_RETURN_NONE;
     int flexible = PyObject_IsTrue(args[2]);
     if (flexible < 0)
@@ -504,10 +570,23 @@ static PyObject *walk_produce(PyObject *module, PyObject *const *args, Py_ssize_
     int got = walk_args(args, 3, &view, &off, &version);
     if (got <= 0)
         return got < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *shape = walk(args[0], (const unsigned char *)view.buf, view.len, off, flexible, version);
+    const unsigned char *p = (const unsigned char *)view.buf;
+    PyObject *walked = sole ? sole_of(p, view.len, off, flexible, version)
+                            : walk(args[0], p, view.len, off, flexible, version);
     PyBuffer_Release(&view);
-    return shape;
+    return walked;
 }
+
+static PyObject *walk_produce(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return produce_walk_of(args, nargs, "walk_produce(frame, offset, flexible, version)", 0);
+}
+
+static PyObject *produce_sole(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return produce_walk_of(args, nargs, "produce_sole(frame, offset, flexible, version)", 1);
+}
+
 
 /* Skips a compact string (null or not); 0 when it does not fit in the buffer. */
 static int skip_compact_string(Cursor *c)
@@ -1467,6 +1546,8 @@ static PyMethodDef methods[] = {
      "check_lengths(plan, buf, offset) -> the offset after the entity | None (bounds._walk's)"},
     {"walk_produce", (PyCFunction)(void (*)(void))walk_produce, METH_FASTCALL,
      "walk_produce(frame, offset, flexible, version) -> ProduceShape | None"},
+    {"produce_sole", (PyCFunction)(void (*)(void))produce_sole, METH_FASTCALL,
+     "produce_sole(frame, offset, flexible, version) -> (topic, partitions, acks, timeout_ms) | None"},
     {"produce_response_tags", (PyCFunction)(void (*)(void))produce_response_tags, METH_FASTCALL,
      "produce_response_tags(frame, offset, version) -> bool | None"},
     {"walk_fetch", (PyCFunction)(void (*)(void))walk_fetch, METH_FASTCALL,

@@ -41,7 +41,8 @@ __all__ = ["AuthHelper", "literal_action"]
 _ALLOWED = AuthorizationResult.ALLOWED
 
 #: Actions are immutable and the same few recur on every request (one topic, WRITE, ...):
-#: built once, reused, and the table emptied when it grows past its bound.
+#: built once, reused, and the table emptied (in place, never replaced: the dispatcher's express
+#: path in C holds it, see :func:`literal_actions`) when it grows past its bound.
 _ACTIONS: dict[tuple[Any, ...], Action] = {}
 _ACTIONS_MAX = 65536
 
@@ -58,6 +59,13 @@ def literal_action(resource_type: ResourceType, name: str, op: AclOperation, cou
         action = _ACTIONS[key] = Action(ResourcePattern(resource_type, name, PatternType.LITERAL), op, count,
                                         log_if_allowed, log_if_denied)
     return action
+
+
+def literal_actions() -> dict[tuple[Any, ...], Action]:
+    """The table :func:`literal_action` keeps, by its key (resource type, name, operation, count,
+    log_if_allowed, log_if_denied): gateway/connection/_plane_steps.c's express dispatch looks the
+    usual Produce request's action up in it, and takes the request only when it is there."""
+    return _ACTIONS
 
 
 class AuthHelper:

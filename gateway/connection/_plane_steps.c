@@ -49,6 +49,8 @@
 
 #define MAX_IOV 128
 
+static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout);  /* (the express dispatch) */
+
 static PyObject *S_popleft;
 
 /* `value` as a file descriptor: -1 with an error set (naming `who`) if it is not an int in range */
@@ -1228,7 +1230,8 @@ static int process_frames(PyObject *plane, PyObject *lane, PyObject *conn, PyObj
                 goto out;
             }
             budget--;
-            PyObject *outcome = call_method(conn, S_dispatch, frame, uout);
+            int express = express_impl(conn, frame, uout);  /* the usual Produce, or the reference's dispatch */
+            PyObject *outcome = express < 0 ? NULL : (express ? Py_NewRef(Py_False) : call_method(conn, S_dispatch, frame, uout));
             Py_DECREF(frame);
             if (outcome == NULL)
                 goto out;
@@ -1887,6 +1890,231 @@ HANDLER(read_upstream, read_upstream_impl(args[0], args[1]))
 HANDLER(process_client, process_client_impl(args[0], args[1]))
 HANDLER(flush_client, flush_client_impl(args[1]))
 
+/* ---------------------------------------------------------------- the express dispatch
+ * express(conn, frame, uout): what ConnectionCore._dispatch does with the request it sees most,
+ * without the interpreter's ~550 bytecodes: the usual Produce request (one topic by name, each
+ * partition one batch produce_sole's walk passes, none transactional; not large, as
+ * ConnectionCore._is_large says of a Produce request) on a connection with no client quota, no SASL session or one plainly
+ * logged in (not expiring), its upstream open and its routes current, that the authorizer's
+ * decision memo allows: the memo's own allows() is asked, as _dispatch asks it, for the same
+ * Action object (protocol/auth_helper.py's literal_action table; an action not made yet is not
+ * express), so the decision stays the memo's.  It then does what _dispatch does: the request's
+ * counter and the memo's count deferred on the lane, the client id, the slot (its deadline the
+ * request timeout plus the Produce timeout) in pending and in flight, the first one's hook, the
+ * frame on uout.  1 when it did; 0, having changed nothing, for any other request or state (the
+ * handler then calls conn.dispatch, its reference); -1 with an exception set.
+ * tests/unit/gateway/test_express.py holds it to _dispatch on the same connections and requests. */
+static PyObject *X_HEADER, *X_SOLE, *X_FORWARDED, *X_SOLE_ACTION, *X_ACTIONS, *X_TOPIC, *X_WRITE, *X_SLOT,
+    *X_COMPLETE;
+static PyObject *S__quota_map, *S_auth, *S_session, *S_state, *S_expires_at, *S_gw, *S_advertised_cached,
+    *S__routes_for, *S__routes, *S__offload_request, *S__memo, *S__context, *S_principal, *S__upstream,
+    *S_allows, *S_client_id, *S_lane, *S__request_timeout_s, *S__on_first_in_flight, *S_deadline, *S_size,
+    *S__offload_produce;
+
+/* A Slot (gateway/connection/core.py) as Slot(header, spec, None, sent_at, deadline) makes it,
+ * without running its __init__. */
+static PyObject *new_slot(PyObject *header, PyObject *spec, double sent_at, double deadline)
+{
+    PyTypeObject *type = (PyTypeObject *)X_SLOT;
+    PyObject *slot = type->tp_alloc(type, 0);
+    if (slot == NULL)
+        return NULL;
+    PyObject *sent = PyFloat_FromDouble(sent_at), *until = sent ? PyFloat_FromDouble(deadline) : NULL;
+    if (until == NULL || PyObject_SetAttr(slot, S_header, header) < 0 || PyObject_SetAttr(slot, S_spec, spec) < 0
+        || PyObject_SetAttr(slot, S_merge, Py_None) < 0 || PyObject_SetAttr(slot, S_quota, Py_None) < 0
+        || PyObject_SetAttr(slot, S_large, Py_False) < 0 || PyObject_SetAttr(slot, S_data, Py_None) < 0
+        || PyObject_SetAttr(slot, S_sent_at, sent) < 0 || PyObject_SetAttr(slot, S_deadline, until) < 0)
+        Py_CLEAR(slot);
+    Py_XDECREF(sent);
+    Py_XDECREF(until);
+    return slot;
+}
+
+/* var = obj.name (a new reference), or on to `out` with the error set */
+#define GET(var, obj, name)                  \
+    if ((var = PyObject_GetAttr(obj, name)) == NULL) \
+        goto out;
+
+static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
+{
+    if (X_SLOT == NULL)
+        return 0;
+    int result = -1;
+    PyObject *quota_map = NULL, *auth = NULL, *session = NULL, *state = NULL, *expires = NULL, *gw = NULL,
+             *advertised = NULL, *routes_for = NULL, *routes = NULL, *body = NULL, *header = NULL, *key = NULL,
+             *route = NULL, *memo = NULL, *context = NULL, *principal = NULL, *own = NULL, *upstream = NULL,
+             *flexible = NULL, *hsize = NULL, *version = NULL, *api_key = NULL, *sole = NULL, *action_key = NULL,
+             *action = NULL, *lane = NULL, *deferred = NULL, *allowed = NULL, *client_id = NULL, *slot = NULL,
+             *pending = NULL, *in_flight = NULL;
+
+    GET(quota_map, conn, S__quota_map)
+    int truth = PyObject_IsTrue(quota_map);
+    if (truth != 0)
+        goto declined_or_failed;
+    GET(auth, conn, S_auth)
+    if (auth == Py_None)
+        goto declined;
+    GET(session, auth, S_session)
+    if (session != Py_None) {  /* a SASL connection: logged in, and no session lifetime (KIP-368) to check */
+        GET(state, session, S_state)
+        GET(expires, session, S_expires_at)
+        if (state != X_COMPLETE || expires != Py_None)
+            goto declined;
+    }
+    Py_ssize_t size = PyObject_Length(frame);
+    if (size < 0)
+        goto out;
+    Py_ssize_t offload = attr_size(conn, S__offload_request);
+    Py_ssize_t offload_produce = offload == -1 && PyErr_Occurred() ? -1 : attr_size(conn, S__offload_produce);
+    if (offload_produce == -1 && PyErr_Occurred())
+        goto out;
+    if (size > offload && size > offload_produce)  /* a large Produce request: inspected on a worker thread */
+        goto declined;
+    if ((body = PySequence_GetSlice(frame, 4, size)) == NULL || (header = PyObject_CallOneArg(X_HEADER, body)) == NULL)
+        goto out;
+    if (header == Py_None)
+        goto declined;
+    GET(gw, conn, S_gw)
+    GET(advertised, gw, S_advertised_cached)
+    GET(routes_for, conn, S__routes_for)
+    if (advertised == Py_None || advertised != routes_for)
+        goto declined;
+    GET(routes, conn, S__routes)
+    GET(api_key, header, S_api_key)
+    GET(version, header, S_api_version)
+    long k = PyLong_AsLong(api_key), v = PyLong_AsLong(version);
+    if ((k == -1 || v == -1) && PyErr_Occurred())
+        goto out;
+    if (!PyDict_CheckExact(routes) || (key = PyLong_FromLong(k * 65536 + v)) == NULL)
+        goto declined_or_failed;
+    route = PyDict_GetItemWithError(routes, key);
+    if (route == NULL)
+        goto declined_or_failed;
+    Py_INCREF(route);
+    if (!PyTuple_CheckExact(route) || PyTuple_GET_SIZE(route) != 5 || PyTuple_GET_ITEM(route, 0) != X_FORWARDED
+        || PyTuple_GET_ITEM(route, 4) != X_SOLE_ACTION)
+        goto declined;
+    GET(memo, conn, S__memo)
+    GET(context, conn, S__context)
+    if (memo == Py_None || context == Py_None)
+        goto declined;
+    GET(principal, context, S_principal)
+    GET(own, conn, S_principal)
+    GET(upstream, conn, S__upstream)
+    if (principal != own || upstream == Py_None)
+        goto declined;
+    GET(flexible, header, S_flexible)
+    GET(hsize, header, S_size)
+    PyObject *walk_args[4] = {body, hsize, flexible, version};
+    if ((sole = PyObject_Vectorcall(X_SOLE, walk_args, 4, NULL)) == NULL)
+        goto out;
+    if (sole == Py_None)
+        goto declined;
+    if (!PyTuple_CheckExact(sole) || PyTuple_GET_SIZE(sole) != 4) {
+        PyErr_SetString(PyExc_TypeError, "express: produce_sole returned no (name, partitions, acks, timeout)");
+        goto out;
+    }
+    if ((action_key = PyTuple_Pack(6, X_TOPIC, PyTuple_GET_ITEM(sole, 0), X_WRITE, PyTuple_GET_ITEM(sole, 1),
+                                   Py_True, Py_True)) == NULL)
+        goto out;
+    action = PyDict_GetItemWithError(X_ACTIONS, action_key);
+    if (action == NULL)  /* not asked yet on any connection: _dispatch makes it */
+        goto declined_or_failed;
+    Py_INCREF(action);
+    GET(lane, conn, S_lane)
+    if (lane == Py_None)
+        goto declined;
+    if ((deferred = get_attr(lane, S_deferred)) == NULL)
+        goto out;
+    if (!PyList_CheckExact(deferred))
+        goto declined;
+    Py_ssize_t counted = PyList_GET_SIZE(deferred);
+    if (PyList_Append(deferred, PyTuple_GET_ITEM(route, 2)) < 0)  /* the request's counter, as _dispatch defers it */
+        goto out;
+    if ((allowed = call_method(memo, S_allows, action, deferred)) == NULL)
+        goto out;
+    truth = PyObject_IsTrue(allowed);
+    if (truth <= 0) {  /* not the memo's to allow: _dispatch enforces it (the counter taken back) */
+        if (PyList_GET_SIZE(deferred) > counted && PyList_SetSlice(deferred, counted, counted + 1, NULL) < 0)
+            goto out;
+        goto declined_or_failed;
+    }
+    /* from here on, what _dispatch does with a request it forwards on the memo's word */
+    GET(client_id, header, S_client_id)
+    if (PyObject_SetAttr(conn, S_client_id, client_id) < 0)
+        goto out;
+    long acks = PyLong_AsLong(PyTuple_GET_ITEM(sole, 2)), timeout_ms = PyLong_AsLong(PyTuple_GET_ITEM(sole, 3));
+    if ((acks == -1 || timeout_ms == -1) && PyErr_Occurred())
+        goto out;
+    if (acks != 0) {  /* it expects a response: its slot (ConnectionCore._track) */
+        PyObject *timeout_obj = PyObject_GetAttr(conn, S__request_timeout_s);
+        double timeout_s = timeout_obj == NULL ? -1.0 : PyFloat_AsDouble(timeout_obj);
+        Py_XDECREF(timeout_obj);
+        if (timeout_s == -1.0 && PyErr_Occurred())
+            goto out;
+        double now = monotonic_now();
+        if ((slot = new_slot(header, PyTuple_GET_ITEM(route, 1), now,
+                             now + timeout_s + (timeout_ms > 0 ? timeout_ms : 0) / 1000.0)) == NULL)
+            goto out;
+        GET(pending, conn, S_pending)
+        GET(in_flight, conn, S_in_flight)
+        if (call_for_effect(pending, S_append, slot) < 0 || call_for_effect(in_flight, S_append, slot) < 0)
+            goto out;
+        Py_ssize_t n = PyObject_Length(in_flight);
+        if (n < 0 || (n == 1 && call_for_effect(conn, S__on_first_in_flight, slot) < 0))
+            goto out;
+    }
+    if (call_for_effect(uout, S_append, frame) < 0)
+        goto out;
+    result = 1;
+    goto out;
+declined_or_failed:
+    if (PyErr_Occurred())
+        goto out;
+declined:
+    result = 0;
+out:
+    Py_XDECREF(quota_map); Py_XDECREF(auth); Py_XDECREF(session); Py_XDECREF(state); Py_XDECREF(expires);
+    Py_XDECREF(gw); Py_XDECREF(advertised); Py_XDECREF(routes_for); Py_XDECREF(routes); Py_XDECREF(body);
+    Py_XDECREF(header); Py_XDECREF(key); Py_XDECREF(route); Py_XDECREF(memo); Py_XDECREF(context);
+    Py_XDECREF(principal); Py_XDECREF(own); Py_XDECREF(upstream); Py_XDECREF(flexible); Py_XDECREF(hsize);
+    Py_XDECREF(version); Py_XDECREF(api_key); Py_XDECREF(sole); Py_XDECREF(action_key); Py_XDECREF(action);
+    Py_XDECREF(lane); Py_XDECREF(deferred); Py_XDECREF(allowed); Py_XDECREF(client_id); Py_XDECREF(slot);
+    Py_XDECREF(pending); Py_XDECREF(in_flight);
+    return result;
+}
+#undef GET
+
+static PyObject *express(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "express(conn, frame, uout) takes 3 arguments");
+        return NULL;
+    }
+    int done = express_impl(args[0], args[1], args[2]);
+    if (done < 0)
+        return NULL;
+    return PyBool_FromLong(done);
+}
+
+static PyObject *configure_express(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "configure_express(request_header, produce_sole, forwarded, sole_action, "
+                        "actions, topic, write, slot_class, sasl_complete) takes 9 arguments");
+        return NULL;
+    }
+    if (!PyDict_CheckExact(args[4]) || !PyType_Check(args[7])) {
+        PyErr_SetString(PyExc_TypeError, "configure_express: actions is a dict and slot_class a class");
+        return NULL;
+    }
+    PyObject **slots[9] = {&X_HEADER, &X_SOLE, &X_FORWARDED, &X_SOLE_ACTION, &X_ACTIONS, &X_TOPIC, &X_WRITE,
+                           &X_SLOT, &X_COMPLETE};
+    for (int i = 0; i < 9; i++)
+        Py_XSETREF(*slots[i], Py_NewRef(args[i]));
+    Py_RETURN_NONE;
+}
+
 static PyObject *configure_core(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -1966,6 +2194,12 @@ static PyMethodDef methods[] = {
      "configure_lane(lane_class): the lanes whose metrics() lane_metrics and the handlers count in C"},
     {"configure_metrics", (PyCFunction)(void (*)(void))configure_metrics, METH_FASTCALL,
      "configure_metrics(counter_child, histogram_child): the per-thread metrics children added to in C"},
+    {"express", (PyCFunction)(void (*)(void))express, METH_FASTCALL,
+     "express(conn, frame, uout) -> bool: ConnectionCore.dispatch of the usual Produce request, forwarded on the "
+     "decision memo's word (False, nothing done, for any other)"},
+    {"configure_express", (PyCFunction)(void (*)(void))configure_express, METH_FASTCALL,
+     "configure_express(request_header, produce_sole, forwarded, sole_action, actions, topic, write, slot_class, "
+     "sasl_complete): what express takes from protocol and gateway/connection/core.py"},
     {"configure_core", (PyCFunction)(void (*)(void))configure_core, METH_FASTCALL,
      "configure_core(need_data, frame_error, close_error, codec_error): what the handlers and the pairing "
      "return and raise"},
@@ -2031,6 +2265,16 @@ PyMODINIT_FUNC PyInit__plane_steps(void)
         || intern(&S_bad_frame, "bad frame from upstream: ") || intern(&S__family, "_family")
         || intern(&S__local, "_local") || intern(&S_table, "table") || intern(&S__key, "_key")
         || intern(&S__bounds, "_bounds") || intern(&S_inc, "inc"))
+        return NULL;
+    if (intern(&S__quota_map, "_quota_map") || intern(&S_auth, "auth") || intern(&S_session, "session")
+        || intern(&S_state, "state") || intern(&S_expires_at, "expires_at") || intern(&S_gw, "gw")
+        || intern(&S_advertised_cached, "advertised_cached") || intern(&S__routes_for, "_routes_for")
+        || intern(&S__routes, "_routes") || intern(&S__offload_request, "_offload_request")
+        || intern(&S__memo, "_memo") || intern(&S__context, "_context") || intern(&S_principal, "principal")
+        || intern(&S__upstream, "_upstream") || intern(&S_allows, "allows") || intern(&S_client_id, "client_id")
+        || intern(&S_lane, "lane") || intern(&S__request_timeout_s, "_request_timeout_s")
+        || intern(&S__on_first_in_flight, "_on_first_in_flight") || intern(&S_deadline, "deadline")
+        || intern(&S_size, "size") || intern(&S__offload_produce, "_offload_produce"))
         return NULL;
     MSG_HEAVY = Py_BuildValue("(s)", "heavy");
     if (MSG_HEAVY == NULL)

@@ -37,13 +37,14 @@ from collections import deque
 from typing import Any
 
 from authz.authorizer import AuthorizableRequestContext, AuthorizerNotReadyError, DecisionMemo
+from authz.acl import AclOperation, ResourceType
 from authz.principal import ANONYMOUS
 from gateway.logs import fields
-from gateway.auth.sasl import SaslStateError
+from gateway.auth.sasl import SaslState, SaslStateError
 from protocol.apis.api_versions import MalformedApiVersions, client_software, request_error
 from protocol.apis.base import FORWARD, ApiSpec, Decision, RefuseRequest, RequestInfo
 from protocol.apis.registry import REGISTRY
-from protocol.auth_helper import AuthHelper
+from protocol.auth_helper import AuthHelper, literal_actions
 from protocol.codecs import CodecError
 from protocol.framing import NEED_DATA, FrameDecoder, FrameError
 from protocol.headers import HeaderError, RequestHeader, parse_request_header, read_uvarint, response_header
@@ -819,3 +820,9 @@ except ImportError:  # pragma: no cover - a build without a compiler: the refere
 else:
     _plane_steps.configure_core(NEED_DATA, FrameError, CloseConnection, CodecError)  # (the handlers' too)
     _pairing = _plane_steps.complete_responses
+    # The data plane's express dispatch of the usual Produce request (_plane_steps.c's express:
+    # what _dispatch does with it, on the decision memo's word), with protocol's C walks.
+    from protocol import _native
+    _plane_steps.configure_express(_native.request_header, _native.produce_sole, _FORWARDED,
+                                   REGISTRY[0].sole_action, literal_actions(), ResourceType.TOPIC,
+                                   AclOperation.WRITE, Slot, SaslState.COMPLETE)

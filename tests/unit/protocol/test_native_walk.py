@@ -20,6 +20,7 @@ from protocol.apis import produce as produce_api
 from protocol.apis.produce import walk_produce_request, walk_produce_request_python
 from protocol.codecs import CodecError, make, nested, request_class
 from protocol.headers import parse_request_header
+from protocol.apis.base import RequestInfo
 from tests.support.kio_samples import record_batch
 
 
@@ -79,13 +80,23 @@ def _reference(header, frame):
 
 
 def _agrees(header, frame) -> bool:
-    """The C walk declines or agrees; True when it walked."""
+    """The C walk declines or agrees; True when it walked.  The express path's walk
+    (``produce_sole``) too: it finds what ``_sole_action`` asks of the same shape, or declines
+    where that has no action or the C walk declines."""
     native = _native.walk_produce(frame, header.size, header.flexible, header.api_version)
     reference = _reference(header, frame)
+    sole = _native.produce_sole(frame, header.size, header.flexible, header.api_version)
     if native is None:
+        assert sole is None, "the express walk took a request the C walk declines"
         return False
     assert not isinstance(reference, CodecError), f"the C walk accepted what the reference refuses: {reference}"
     assert _shape(native) == _shape(reference)
+    action = produce_api._sole_action(header, RequestInfo(True, 0.0, reference))
+    if action is None:
+        assert sole is None, f"the express walk took a request with no sole action: {sole}"
+    else:
+        assert sole == (action.resource_pattern.name, action.resource_reference_count, reference.acks,
+                        reference.timeout_ms)
     return True
 
 
@@ -120,7 +131,8 @@ def test_the_c_walk_declines_or_agrees_with_the_reference(version):
 def test_usual_requests_take_the_c_walk(version):
     """One topic, one partition, one batch; several of each; a transactional batch; batches of
     20 KB and 1 MiB (a flexible request's records length then takes three varint bytes, four
-    beyond 2 MiB): walked in C."""
+    beyond 2 MiB): walked in C, and a request of one topic by name without a transactional batch
+    by the express path's walk too."""
     cls = request_class(0, version)
     topic_cls = nested(cls, "topic_data")
     part_cls = nested(topic_cls, "partition_data")
@@ -140,6 +152,11 @@ def test_usual_requests_take_the_c_walk(version):
         shape = walk_produce_request(header, frame)
         assert shape.transactional is bool(attributes) and not shape.any_invalid
         assert [len(t.partitions) for t in shape.topics] == list(counts)
+        sole = _native.produce_sole(frame, header.size, header.flexible, header.api_version)
+        if version < 13 and not attributes and len(counts) == 1:  # the express path's request
+            assert sole == ("usual-0", counts[0], -1, 30_000)
+        else:
+            assert sole is None
 
 
 def test_what_is_not_one_contiguous_buffer_is_left_to_the_reference():
