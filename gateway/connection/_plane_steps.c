@@ -1894,18 +1894,20 @@ HANDLER(flush_client, flush_client_impl(args[1]))
  * express(conn, frame, uout): what ConnectionCore._dispatch does with the request it sees most,
  * without the interpreter's ~550 bytecodes: the usual Produce request (one topic by name, each
  * partition one batch produce_sole's walk passes, none transactional; not large, as
- * ConnectionCore._is_large says of a Produce request) on a connection with no client quota, no SASL session or one plainly
- * logged in (not expiring), its upstream open and its routes current, that the authorizer's
- * decision memo allows: the memo's own allows() is asked, as _dispatch asks it, for the same
- * Action object (protocol/auth_helper.py's literal_action table; an action not made yet is not
- * express), so the decision stays the memo's.  It then does what _dispatch does: the request's
- * counter and the memo's count deferred on the lane, the client id, the slot (its deadline the
- * request timeout plus the Produce timeout) in pending and in flight, the first one's hook, the
- * frame on uout.  1 when it did; 0, having changed nothing, for any other request or state (the
- * handler then calls conn.dispatch, its reference); -1 with an exception set.
- * tests/unit/gateway/test_express.py holds it to _dispatch on the same connections and requests. */
-static PyObject *X_HEADER, *X_SOLE, *X_FORWARDED, *X_SOLE_ACTION, *X_ACTIONS, *X_TOPIC, *X_WRITE, *X_SLOT,
-    *X_COMPLETE;
+ * ConnectionCore._is_large says of a Produce request) on a connection with no client quota, no
+ * SASL session or one plainly logged in (not expiring), its upstream open and its routes current.
+ * With an authorizer, only what its decision memo allows: the memo's own allows() is asked, as
+ * _dispatch asks it, for the same Action object (protocol/auth_helper.py's literal_action table;
+ * an action not made yet is not express), so the decision stays the memo's; without one, any such
+ * request (_dispatch's enforcement forwards every Produce then).  It then does what _dispatch
+ * does: the request's counter (and the memo's count) deferred on the lane, the client id, the
+ * slot (its deadline the request timeout plus the Produce timeout) in pending and in flight, the
+ * first one's hook, the frame on uout.  1 when it did; 0, having changed nothing, for any other
+ * request or state (the handler then calls conn.dispatch, its reference); -1 with an exception
+ * set.  tests/unit/gateway/test_express.py holds it to _dispatch on the same connections and
+ * requests, with an authorizer and without. */
+static PyObject *X_HEADER, *X_SOLE, *X_FORWARDED, *X_SOLE_ACTION, *X_PEEK, *X_ACTIONS, *X_TOPIC, *X_WRITE,
+    *X_SLOT, *X_COMPLETE;
 static PyObject *S__quota_map, *S_auth, *S_session, *S_state, *S_expires_at, *S_gw, *S_advertised_cached,
     *S__routes_for, *S__routes, *S__offload_request, *S__memo, *S__context, *S_principal, *S__upstream,
     *S_allows, *S_client_id, *S_lane, *S__request_timeout_s, *S__on_first_in_flight, *S_deadline, *S_size,
@@ -1991,17 +1993,25 @@ static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
     if (route == NULL)
         goto declined_or_failed;
     Py_INCREF(route);
-    if (!PyTuple_CheckExact(route) || PyTuple_GET_SIZE(route) != 5 || PyTuple_GET_ITEM(route, 0) != X_FORWARDED
-        || PyTuple_GET_ITEM(route, 4) != X_SOLE_ACTION)
+    if (!PyTuple_CheckExact(route) || PyTuple_GET_SIZE(route) != 5 || PyTuple_GET_ITEM(route, 0) != X_FORWARDED)
         goto declined;
-    GET(memo, conn, S__memo)
-    GET(context, conn, S__context)
-    if (memo == Py_None || context == Py_None)
+    /* with an authorizer the route names Produce's sole action; without one, Produce's peek and no
+     * action: then _dispatch's enforcement forwards any Produce request, and so does this path */
+    int authorized = PyTuple_GET_ITEM(route, 4) == X_SOLE_ACTION;
+    if (!authorized && (PyTuple_GET_ITEM(route, 4) != Py_None || PyTuple_GET_ITEM(route, 3) != X_PEEK))
         goto declined;
-    GET(principal, context, S_principal)
-    GET(own, conn, S_principal)
+    if (authorized) {
+        GET(memo, conn, S__memo)
+        GET(context, conn, S__context)
+        if (memo == Py_None || context == Py_None)
+            goto declined;
+        GET(principal, context, S_principal)
+        GET(own, conn, S_principal)
+        if (principal != own)
+            goto declined;
+    }
     GET(upstream, conn, S__upstream)
-    if (principal != own || upstream == Py_None)
+    if (upstream == Py_None)
         goto declined;
     GET(flexible, header, S_flexible)
     GET(hsize, header, S_size)
@@ -2014,13 +2024,15 @@ static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
         PyErr_SetString(PyExc_TypeError, "express: produce_sole returned no (name, partitions, acks, timeout)");
         goto out;
     }
-    if ((action_key = PyTuple_Pack(6, X_TOPIC, PyTuple_GET_ITEM(sole, 0), X_WRITE, PyTuple_GET_ITEM(sole, 1),
-                                   Py_True, Py_True)) == NULL)
-        goto out;
-    action = PyDict_GetItemWithError(X_ACTIONS, action_key);
-    if (action == NULL)  /* not asked yet on any connection: _dispatch makes it */
-        goto declined_or_failed;
-    Py_INCREF(action);
+    if (authorized) {
+        if ((action_key = PyTuple_Pack(6, X_TOPIC, PyTuple_GET_ITEM(sole, 0), X_WRITE, PyTuple_GET_ITEM(sole, 1),
+                                       Py_True, Py_True)) == NULL)
+            goto out;
+        action = PyDict_GetItemWithError(X_ACTIONS, action_key);
+        if (action == NULL)  /* not asked yet on any connection: _dispatch makes it */
+            goto declined_or_failed;
+        Py_INCREF(action);
+    }
     GET(lane, conn, S_lane)
     if (lane == Py_None)
         goto declined;
@@ -2031,9 +2043,9 @@ static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
     Py_ssize_t counted = PyList_GET_SIZE(deferred);
     if (PyList_Append(deferred, PyTuple_GET_ITEM(route, 2)) < 0)  /* the request's counter, as _dispatch defers it */
         goto out;
-    if ((allowed = call_method(memo, S_allows, action, deferred)) == NULL)
+    if (authorized && (allowed = call_method(memo, S_allows, action, deferred)) == NULL)
         goto out;
-    truth = PyObject_IsTrue(allowed);
+    truth = authorized ? PyObject_IsTrue(allowed) : 1;
     if (truth <= 0) {  /* not the memo's to allow: _dispatch enforces it (the counter taken back) */
         if (PyList_GET_SIZE(deferred) > counted && PyList_SetSlice(deferred, counted, counted + 1, NULL) < 0)
             goto out;
@@ -2099,18 +2111,18 @@ static PyObject *express(PyObject *module, PyObject *const *args, Py_ssize_t nar
 
 static PyObject *configure_express(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 9) {
+    if (nargs != 10) {
         PyErr_SetString(PyExc_TypeError, "configure_express(request_header, produce_sole, forwarded, sole_action, "
-                        "actions, topic, write, slot_class, sasl_complete) takes 9 arguments");
+                        "peek, actions, topic, write, slot_class, sasl_complete) takes 10 arguments");
         return NULL;
     }
-    if (!PyDict_CheckExact(args[4]) || !PyType_Check(args[7])) {
+    if (!PyDict_CheckExact(args[5]) || !PyType_Check(args[8])) {
         PyErr_SetString(PyExc_TypeError, "configure_express: actions is a dict and slot_class a class");
         return NULL;
     }
-    PyObject **slots[9] = {&X_HEADER, &X_SOLE, &X_FORWARDED, &X_SOLE_ACTION, &X_ACTIONS, &X_TOPIC, &X_WRITE,
-                           &X_SLOT, &X_COMPLETE};
-    for (int i = 0; i < 9; i++)
+    PyObject **slots[10] = {&X_HEADER, &X_SOLE, &X_FORWARDED, &X_SOLE_ACTION, &X_PEEK, &X_ACTIONS, &X_TOPIC,
+                            &X_WRITE, &X_SLOT, &X_COMPLETE};
+    for (int i = 0; i < 10; i++)
         Py_XSETREF(*slots[i], Py_NewRef(args[i]));
     Py_RETURN_NONE;
 }
@@ -2198,8 +2210,8 @@ static PyMethodDef methods[] = {
      "express(conn, frame, uout) -> bool: ConnectionCore.dispatch of the usual Produce request, forwarded on the "
      "decision memo's word (False, nothing done, for any other)"},
     {"configure_express", (PyCFunction)(void (*)(void))configure_express, METH_FASTCALL,
-     "configure_express(request_header, produce_sole, forwarded, sole_action, actions, topic, write, slot_class, "
-     "sasl_complete): what express takes from protocol and gateway/connection/core.py"},
+     "configure_express(request_header, produce_sole, forwarded, sole_action, peek, actions, topic, write, "
+     "slot_class, sasl_complete): what express takes from protocol and gateway/connection/core.py"},
     {"configure_core", (PyCFunction)(void (*)(void))configure_core, METH_FASTCALL,
      "configure_core(need_data, frame_error, close_error, codec_error): what the handlers and the pairing "
      "return and raise"},

@@ -824,5 +824,5 @@ else:
     # what _dispatch does with it, on the decision memo's word), with protocol's C walks.
     from protocol import _native
     _plane_steps.configure_express(_native.request_header, _native.produce_sole, _FORWARDED,
-                                   REGISTRY[0].sole_action, literal_actions(), ResourceType.TOPIC,
+                                   REGISTRY[0].sole_action, REGISTRY[0].peek, literal_actions(), ResourceType.TOPIC,
                                    AclOperation.WRITE, Slot, SaslState.COMPLETE)

@@ -1,14 +1,15 @@
 """The data plane's express dispatch (``gateway/connection/_plane_steps.c``, ``express``) against
 its reference, ``ConnectionCore.dispatch``: the usual Produce request forwarded on the decision
-memo's word without the interpreter, and everything else left to the reference untouched.
+memo's word (without an authorizer, as it is) without the interpreter, and everything else left
+to the reference untouched.
 
 Every case runs the same requests and the same changes (the ACLs revoked and granted again, the
 principal, the audit log at DEBUG, an audit sink, the routes, the upstream, a SASL session, the
 size above which a request is large) on two production gateways: one side as the data plane runs
 a request (the express path first, then ``dispatch`` when it declines), the other with
-``dispatch`` alone.  After each request both
-must have answered and forwarded the same, kept the same slots, deferred the same counts and
-told the authorizer's metrics the same.  A request that must be refused (another topic, a
+``dispatch`` alone; and the same without an authorizer.  After each request both must have
+answered and forwarded the same, kept the same slots, deferred the same counts and told the
+authorizer's metrics the same.  A request that must be refused (another topic, a
 revoked ACL, a transactional or damaged batch) is refused on both: the express path never
 forwards what the reference would not."""
 
@@ -31,6 +32,7 @@ from gateway.connection.core import CloseConnection
 from gateway.upstream.cluster import encode_request
 from protocol.codecs import make, nested, request_class
 from tests.support.kio_samples import record_batch
+from tests.unit.gateway.test_connection_core import _core, _gateway, _learn_versions
 from tests.unit.gateway.test_decision_memo import _setup, _write_acl
 
 express = _plane_steps.express
@@ -63,11 +65,18 @@ def _produce(rng: random.Random, topics: list, version: int, acks: int, client: 
 
 class _Side:
     """One production gateway and connection core whose authorizer lets ``User:express-writer``
-    write ``express-orders``; the connection on the data plane (a lane's deferred counts)."""
+    write ``express-orders`` (or, not ``authorized``, a gateway without an authorizer); the
+    connection on the data plane (a lane's deferred counts)."""
 
-    def __init__(self, via_express: bool) -> None:
+    def __init__(self, via_express: bool, authorized: bool = True) -> None:
         self.via_express = via_express
-        self.gw, self.core, self.acl_id, self.calls, self.registry = _setup("User:express-writer", "express-orders")
+        if authorized:
+            self.gw, self.core, self.acl_id, self.calls, self.registry = _setup("User:express-writer",
+                                                                                "express-orders")
+        else:
+            self.gw = _gateway()
+            _learn_versions(self.gw)
+            self.core, self.calls, self.registry = _core(self.gw), [], None
         self.core.lane = SimpleNamespace(deferred=[])
         self.out: list = []
         self.expressed = 0
@@ -90,13 +99,16 @@ class _Side:
         slots = [(s.header, s.spec.name, s.merge is None, s.quota, s.large, None if s.data is None else bytes(s.data),
                   round(s.deadline - s.sent_at, 6), getattr(s, "busy", "unset"), getattr(s, "throttle", "unset"))
                  for s in self.core.pending]
-        metrics = [self.registry.get_sample_value(m, {"listener": "T"}) for m in _ALLOWED_METRICS]
+        metrics = [self.registry.get_sample_value(m, {"listener": "T"}) if self.registry else None
+                   for m in _ALLOWED_METRICS]
         return (result, [bytes(f) for f in self.out[before:]], slots, len(self.core.in_flight), deferred,
                 self.core.client_id, metrics, len(self.calls))
 
     def change(self, what: str, rng: random.Random) -> None:
         """One change of state; ``"undo " + what`` takes it back."""
         core, authorizer = self.core, self.gw.authorizer
+        if authorizer is None and what.endswith(("revoke", "grant", "sink")):
+            return
         if what == "revoke":
             authorizer.load_snapshot({})
         elif what in ("undo revoke", "grant"):
@@ -154,12 +166,13 @@ def _request(rng: random.Random) -> memoryview:
     return memoryview(bytes(frame))
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_the_express_path_does_what_dispatch_does(seed):
+@pytest.mark.parametrize("seed, authorized", [(seed, True) for seed in range(12)]
+                         + [(seed, False) for seed in range(12, 18)])
+def test_the_express_path_does_what_dispatch_does(seed, authorized):
     rng = random.Random(seed)
     audit = logging.getLogger(AUDIT_LOGGER_NAME)
     level = audit.level
-    fast, reference = _Side(True), _Side(False)
+    fast, reference = _Side(True, authorized), _Side(False, authorized)
     undo: list = []  # [requests left, change]
 
     def change(what: str) -> None:
