@@ -1941,6 +1941,17 @@ static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
 {
     if (X_SLOT == NULL)
         return 0;
+    Py_buffer view;  /* a Produce request (API key 0) or nothing more is asked */
+    if (PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();  /* (the reference says what it is) */
+        return 0;
+    }
+    const unsigned char *head = (const unsigned char *)view.buf;
+    Py_ssize_t size = view.len;
+    int produce = size >= 6 && head[4] == 0 && head[5] == 0;
+    PyBuffer_Release(&view);
+    if (!produce)
+        return 0;
     int result = -1;
     PyObject *quota_map = NULL, *auth = NULL, *session = NULL, *state = NULL, *expires = NULL, *gw = NULL,
              *advertised = NULL, *routes_for = NULL, *routes = NULL, *body = NULL, *header = NULL, *key = NULL,
@@ -1963,15 +1974,13 @@ static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
         if (state != X_COMPLETE || expires != Py_None)
             goto declined;
     }
-    Py_ssize_t size = PyObject_Length(frame);
-    if (size < 0)
-        goto out;
     Py_ssize_t offload = attr_size(conn, S__offload_request);
     Py_ssize_t offload_produce = offload == -1 && PyErr_Occurred() ? -1 : attr_size(conn, S__offload_produce);
     if (offload_produce == -1 && PyErr_Occurred())
         goto out;
     if (size > offload && size > offload_produce)  /* a large Produce request: inspected on a worker thread */
         goto declined;
+
     if ((body = PySequence_GetSlice(frame, 4, size)) == NULL || (header = PyObject_CallOneArg(X_HEADER, body)) == NULL)
         goto out;
     if (header == Py_None)

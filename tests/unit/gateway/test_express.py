@@ -159,8 +159,14 @@ def _request(rng: random.Random) -> memoryview:
         return _produce(rng, [("express-orders", 1)], version, acks, client, attributes=0x10)
     if roll < 0.86:
         return _produce(rng, [("express-orders", 1)], version, acks, client, damaged=True)
-    if roll < 0.92:
+    if roll < 0.90:
         return _produce(rng, [("express-orders", 1)], 13, acks, client)  # not advertised: closed
+    if roll < 0.94:  # another API: never the express path's
+        cls = request_class(3, 9)
+        topic = nested(cls, "topics")
+        return memoryview(encode_request(3, 9, rng.randrange(1 << 31), make(
+            cls, topics=(make(topic, name="express-orders"),), allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False, include_topic_authorized_operations=False)))
     frame = bytearray(_produce(rng, [("express-orders", 1)], version, acks, client))
     frame[rng.randrange(14, len(frame))] ^= 1 << rng.randrange(8)  # one bit of its body
     return memoryview(bytes(frame))
