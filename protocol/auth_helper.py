@@ -36,7 +36,7 @@ from authz.authorizer import Action, AuthorizableRequestContext, AuthorizationRe
 from protocol.headers import RequestHeader
 from protocol.topic_ids import TopicCache
 
-__all__ = ["AuthHelper", "literal_action"]
+__all__ = ["AuthHelper", "literal_action", "literal_actions"]
 
 _ALLOWED = AuthorizationResult.ALLOWED
 

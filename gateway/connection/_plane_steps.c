@@ -1980,7 +1980,6 @@ static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
         goto out;
     if (size > offload && size > offload_produce)  /* a large Produce request: inspected on a worker thread */
         goto declined;
-
     if ((body = PySequence_GetSlice(frame, 4, size)) == NULL || (header = PyObject_CallOneArg(X_HEADER, body)) == NULL)
         goto out;
     if (header == Py_None)

@@ -36,8 +36,8 @@ import time
 from collections import deque
 from typing import Any
 
-from authz.authorizer import AuthorizableRequestContext, AuthorizerNotReadyError, DecisionMemo
 from authz.acl import AclOperation, ResourceType
+from authz.authorizer import AuthorizableRequestContext, AuthorizerNotReadyError, DecisionMemo
 from authz.principal import ANONYMOUS
 from gateway.logs import fields
 from gateway.auth.sasl import SaslState, SaslStateError
@@ -821,8 +821,13 @@ else:
     _plane_steps.configure_core(NEED_DATA, FrameError, CloseConnection, CodecError)  # (the handlers' too)
     _pairing = _plane_steps.complete_responses
     # The data plane's express dispatch of the usual Produce request (_plane_steps.c's express:
-    # what _dispatch does with it, on the decision memo's word), with protocol's C walks.
-    from protocol import _native
-    _plane_steps.configure_express(_native.request_header, _native.produce_sole, _FORWARDED,
-                                   REGISTRY[0].sole_action, REGISTRY[0].peek, literal_actions(), ResourceType.TOPIC,
-                                   AclOperation.WRITE, Slot, SaslState.COMPLETE)
+    # what _dispatch does with it, on the decision memo's word or without an authorizer), with
+    # protocol's C walks; left unconfigured (every request dispatched here) where they were not built.
+    try:
+        from protocol import _native
+    except ImportError:  # pragma: no cover
+        pass
+    else:
+        _plane_steps.configure_express(_native.request_header, _native.produce_sole, _FORWARDED,
+                                       REGISTRY[0].sole_action, REGISTRY[0].peek, literal_actions(),
+                                       ResourceType.TOPIC, AclOperation.WRITE, Slot, SaslState.COMPLETE)
