@@ -12,10 +12,11 @@
  * check_batch for its error.  Every read is bounds-checked against the buffer's length.
  *
  * produce_sole(frame, offset, flexible, version) walks the same request for what the dispatcher's
- * express path (gateway/connection/_plane_steps.c) needs of the usual one: its one topic's name and
- * partition count, acks and timeout, when it names one topic by name and every partition holds one
- * batch batch_ok passes, none transactional (what produce.py's _sole_action asks the decision memo
- * about); None for any other request, which the dispatcher then walks as always.
+ * express path (gateway/connection/_plane_steps.c) needs of the usual one: its one topic's name
+ * (v13+: its id's UUID) and partition count, acks and timeout, when it names one topic and every
+ * partition holds one batch batch_ok passes, none transactional (what produce.py's _sole_action
+ * asks the decision memo about); None for any other request, which the dispatcher then walks as
+ * always.
  *
  * produce_response_tags(frame, offset, version) says whether a flexible Produce response ends with
  * tagged fields (KIP-951's node endpoints, which kgw rewrites), for the usual shape only (short
@@ -333,8 +334,8 @@ static PyObject *topic_uuid(const unsigned char *raw16)
 
 /* One topic entry; appends a TopicSpan to `topics`.  1, NOT_USUAL or FAILED.  With `topics`
  * NULL (produce_sole's walk) nothing is built: *sole_name (a new reference) and *sole_parts get
- * the topic's name and partition count, and a topic by id or a partition whose records fail
- * batch_ok is NOT_USUAL (the reference then says what it is). */
+ * the topic's name (v13+: its id, a UUID) and partition count, and a partition whose records
+ * fail batch_ok is NOT_USUAL (the reference then says what it is). */
 static int walk_topic(Cursor *c, PyObject *frame, int flexible, long version, PyObject *topics,
                       int *transactional, int *any_invalid, PyObject **sole_name, long *sole_parts)
 {
@@ -343,8 +344,6 @@ static int walk_topic(Cursor *c, PyObject *frame, int flexible, long version, Py
     int result = NOT_USUAL, build_it = topics != NULL;
 
     if (version >= 13) {
-        if (!build_it)
-            goto done;
         if (c->off + 16 > c->n)
             goto done;
         if ((topic_id = topic_uuid(c->p + c->off)) == NULL)
@@ -410,7 +409,7 @@ static int walk_topic(Cursor *c, PyObject *frame, int flexible, long version, Py
     if (!empty_tags(c, flexible))
         goto done;
     if (!build_it) {
-        *sole_name = Py_NewRef(name);
+        *sole_name = Py_NewRef(version >= 13 ? topic_id : name);
         *sole_parts = n_parts;
         result = 1;
         goto done;
@@ -523,9 +522,9 @@ static int walk_args(PyObject *const *args, Py_ssize_t version_at, Py_buffer *vi
     return 1;
 }
 
-/* The usual Produce request of one topic, by name, whose partitions each hold one batch batch_ok
- * passes and none a transactional one: (name, partition count, acks, timeout ms); None for any
- * other shape and for anything walk() would not take. */
+/* The usual Produce request of one topic whose partitions each hold one batch batch_ok passes and
+ * none a transactional one: (name, or v13+ topic id, partition count, acks, timeout ms); None for
+ * any other shape and for anything walk() would not take. */
 static PyObject *sole_of(const unsigned char *p, Py_ssize_t n, Py_ssize_t off, int flexible, long version)
 {
     Cursor c = {p, n, off};

@@ -1892,26 +1892,26 @@ HANDLER(flush_client, flush_client_impl(args[1]))
 
 /* ---------------------------------------------------------------- the express dispatch
  * express(conn, frame, uout): what ConnectionCore._dispatch does with the request it sees most,
- * without the interpreter's ~550 bytecodes: the usual Produce request (one topic by name, each
- * partition one batch produce_sole's walk passes, none transactional; not large, as
- * ConnectionCore._is_large says of a Produce request) on a connection with no client quota, no
- * SASL session or one plainly logged in (not expiring), its upstream open and its routes current.
- * With an authorizer, only what its decision memo allows: the memo's own allows() is asked, as
- * _dispatch asks it, for the same Action object (protocol/auth_helper.py's literal_action table;
- * an action not made yet is not express), so the decision stays the memo's; without one, any such
- * request (_dispatch's enforcement forwards every Produce then).  It then does what _dispatch
- * does: the request's counter (and the memo's count) deferred on the lane, the client id, the
- * slot (its deadline the request timeout plus the Produce timeout) in pending and in flight, the
- * first one's hook, the frame on uout.  1 when it did; 0, having changed nothing, for any other
- * request or state (the handler then calls conn.dispatch, its reference); -1 with an exception
- * set.  tests/unit/gateway/test_express.py holds it to _dispatch on the same connections and
- * requests, with an authorizer and without. */
+ * without the interpreter's ~550 bytecodes: the usual Produce request (one topic, by name or by an
+ * id the gateway learned (gw.topic_ids), each partition one batch produce_sole's walk passes, none
+ * transactional; not large, as ConnectionCore._is_large says of a Produce request) on a connection
+ * with no client quota, no SASL session or one plainly logged in (not expiring), its upstream open
+ * and its routes current.  With an authorizer, only what its decision memo allows: the memo's own
+ * allows() is asked, as _dispatch asks it, for the same Action object (protocol/auth_helper.py's
+ * literal_action table; an action not made yet is not express), so the decision stays the memo's;
+ * without one, any such request (_dispatch's enforcement forwards every Produce then).  It then
+ * does what _dispatch does: the request's counter (and the memo's count) deferred on the lane, the
+ * client id, the slot (its deadline the request timeout plus the Produce timeout) in pending and in
+ * flight, the first one's hook, the frame on uout.  1 when it did; 0, having changed nothing, for
+ * any other request or state (the handler then calls conn.dispatch, its reference); -1 with an
+ * exception set.  tests/unit/gateway/test_express.py holds it to _dispatch on the same connections
+ * and requests, with an authorizer and without. */
 static PyObject *X_HEADER, *X_SOLE, *X_FORWARDED, *X_SOLE_ACTION, *X_PEEK, *X_ACTIONS, *X_TOPIC, *X_WRITE,
     *X_SLOT, *X_COMPLETE;
 static PyObject *S__quota_map, *S_auth, *S_session, *S_state, *S_expires_at, *S_gw, *S_advertised_cached,
     *S__routes_for, *S__routes, *S__offload_request, *S__memo, *S__context, *S_principal, *S__upstream,
     *S_allows, *S_client_id, *S_lane, *S__request_timeout_s, *S__on_first_in_flight, *S_deadline, *S_size,
-    *S__offload_produce;
+    *S__offload_produce, *S_topic_ids, *S_name_of;
 
 /* A Slot (gateway/connection/core.py) as Slot(header, spec, None, sent_at, deadline) makes it,
  * without running its __init__. */
@@ -1958,7 +1958,7 @@ static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
              *route = NULL, *memo = NULL, *context = NULL, *principal = NULL, *own = NULL, *upstream = NULL,
              *flexible = NULL, *hsize = NULL, *version = NULL, *api_key = NULL, *sole = NULL, *action_key = NULL,
              *action = NULL, *lane = NULL, *deferred = NULL, *allowed = NULL, *client_id = NULL, *slot = NULL,
-             *pending = NULL, *in_flight = NULL;
+             *pending = NULL, *in_flight = NULL, *topic_ids = NULL, *named = NULL;
 
     GET(quota_map, conn, S__quota_map)
     int truth = PyObject_IsTrue(quota_map);
@@ -2033,7 +2033,16 @@ static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
         goto out;
     }
     if (authorized) {
-        if ((action_key = PyTuple_Pack(6, X_TOPIC, PyTuple_GET_ITEM(sole, 0), X_WRITE, PyTuple_GET_ITEM(sole, 1),
+        PyObject *topic = PyTuple_GET_ITEM(sole, 0);
+        if (v >= 13) {  /* by id: the name the gateway learned (gw.topic_ids.name_of), as _sole_action asks */
+            GET(topic_ids, gw, S_topic_ids)
+            if ((named = call_method(topic_ids, S_name_of, topic, NULL)) == NULL)
+                goto out;
+            if (named == Py_None)
+                goto declined;
+            topic = named;
+        }
+        if ((action_key = PyTuple_Pack(6, X_TOPIC, topic, X_WRITE, PyTuple_GET_ITEM(sole, 1),
                                        Py_True, Py_True)) == NULL)
             goto out;
         action = PyDict_GetItemWithError(X_ACTIONS, action_key);
@@ -2100,7 +2109,7 @@ out:
     Py_XDECREF(principal); Py_XDECREF(own); Py_XDECREF(upstream); Py_XDECREF(flexible); Py_XDECREF(hsize);
     Py_XDECREF(version); Py_XDECREF(api_key); Py_XDECREF(sole); Py_XDECREF(action_key); Py_XDECREF(action);
     Py_XDECREF(lane); Py_XDECREF(deferred); Py_XDECREF(allowed); Py_XDECREF(client_id); Py_XDECREF(slot);
-    Py_XDECREF(pending); Py_XDECREF(in_flight);
+    Py_XDECREF(pending); Py_XDECREF(in_flight); Py_XDECREF(topic_ids); Py_XDECREF(named);
     return result;
 }
 #undef GET
@@ -2294,7 +2303,8 @@ PyMODINIT_FUNC PyInit__plane_steps(void)
         || intern(&S__upstream, "_upstream") || intern(&S_allows, "allows") || intern(&S_client_id, "client_id")
         || intern(&S_lane, "lane") || intern(&S__request_timeout_s, "_request_timeout_s")
         || intern(&S__on_first_in_flight, "_on_first_in_flight") || intern(&S_deadline, "deadline")
-        || intern(&S_size, "size") || intern(&S__offload_produce, "_offload_produce"))
+        || intern(&S_size, "size") || intern(&S__offload_produce, "_offload_produce")
+        || intern(&S_topic_ids, "topic_ids") || intern(&S_name_of, "name_of"))
         return NULL;
     MSG_HEAVY = Py_BuildValue("(s)", "heavy");
     if (MSG_HEAVY == NULL)

@@ -467,19 +467,23 @@ def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> by
 _TOPIC, _WRITE = ResourceType.TOPIC, AclOperation.WRITE
 
 
-def _sole_action(header: RequestHeader, info: RequestInfo, _state: Any = None, _topics: Any = None) -> Action | None:
-    """The usual request (one topic, by name rather than by id; no transactional batch;
-    every batch valid): :func:`_enforce` asks TOPIC WRITE on that topic,
+def _sole_action(header: RequestHeader, info: RequestInfo, _state: Any = None, topics: Any = None) -> Action | None:
+    """The usual request (one topic, by name or, v13+, by an id the gateway learned; no
+    transactional batch; every batch valid): :func:`_enforce` asks TOPIC WRITE on that topic,
     counted once per partition, and forwards the request as it is when it is allowed.  None
-    for any other shape."""
+    for any other shape (an id not learned included: the enforcement answers it)."""
     shape: ProduceShape = info.decoded
-    topics = shape.topics
-    if shape.transactional or shape.any_invalid or len(topics) != 1:
+    entries = shape.topics
+    if shape.transactional or shape.any_invalid or len(entries) != 1:
         return None
-    t = topics[0]
+    t = entries[0]
     name = t.name
-    if name is None:  # (v13+: named by id)
-        return None
+    if name is None:  # v13+: by id, named as the enforcement names it (AuthHelper.topic_name)
+        if topics is None or t.topic_id is None:
+            return None
+        name = topics.name_of(t.topic_id)
+        if name is None:
+            return None
     return literal_action(_TOPIC, name, _WRITE, len(t.partitions))
 
 

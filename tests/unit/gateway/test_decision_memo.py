@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import timedelta
 from types import SimpleNamespace
 
 import prometheus_client
 import pytest
+from kio.static.primitive import i16, i32
 
 from authz.acl import (AccessControlEntry, AclBinding, AclOperation, AclPermissionType, PatternType,
                        ResourcePattern, ResourceType)
@@ -30,7 +32,8 @@ from tests.support.kio_samples import record_batch
 from gateway.upstream.cluster import encode_request
 from protocol.apis.api_versions import VersionRange, advertised_versions
 from protocol.apis.registry import LOCAL_KEYS
-from protocol.codecs import decode_request, encode
+from protocol.codecs import decode_request, encode, make, nested, request_class
+from protocol.topic_ids import TopicCache
 from protocol.framing import FrameDecoder
 from protocol.headers import parse_request_header
 from tests.unit.gateway.test_connection_core import _core, _gateway, _learn_versions, _produce, _produce_of
@@ -266,11 +269,47 @@ def test_a_remembered_topic_does_not_carry_another_topic_in_the_same_request():
     assert core.pending[-1].merge is not None
 
 
-def test_a_produce_naming_its_topic_by_id_has_no_sole_action():
-    """From v13 a topic is named by id, its name the gateway's to find: always enforced."""
-    by_id = TopicSpan(None, [0], 0, 0, 0, 0, [(0, 0)], None, uuid.uuid4())
-    shape = ProduceShape(None, 1, 1000, [by_id], False, 0, 0)
-    assert REGISTRY[0].sole_action(None, RequestInfo(True, 1.0, shape)) is None
+def test_a_produce_naming_its_topic_by_id_is_asked_about_the_name_learned():
+    """From v13 a topic is named by id: the usual request's one action is on the name the
+    gateway learned for that id, as its enforcement names it; an id it did not learn has none
+    (the enforcement answers UNKNOWN_TOPIC_ID)."""
+    learned = TopicCache()
+    topic_id = uuid.uuid4()
+    learned.learn("memo-by-id", topic_id)
+
+    def sole(tid):
+        by_id = TopicSpan(None, [0, 1], 0, 0, 0, 0, [(0, 0), (0, 0)], None, tid)
+        return REGISTRY[0].sole_action(None, RequestInfo(True, 1.0, ProduceShape(None, 1, 1000, [by_id], False, 0, 0)),
+                                       None, learned)
+
+    assert sole(topic_id) is _action(ResourceType.TOPIC, "memo-by-id", AclOperation.WRITE, 2)
+    assert sole(uuid.uuid4()) is None
+
+
+def test_a_v13_produce_by_a_learned_id_is_refused_as_soon_as_its_acl_goes():
+    """The memo's word for a topic named by id holds exactly as long as for one named by name."""
+    gw, core, acl_id, calls, _ = _setup("User:memo-id-writer", "memo-id-orders")
+    topic_id = uuid.uuid4()
+    gw.topic_ids.learn("memo-id-orders", topic_id)
+    gw.cluster.versions = {**gw.cluster.versions, 0: VersionRange(3, 13)}
+    gw._advertised = advertised_versions(gw.cluster.versions, LOCAL_KEYS, REGISTRY, True)
+    gw._advertised_for = gw.cluster.versions
+    cls = request_class(0, 13)
+    topic_cls = nested(cls, "topic_data")
+    part_cls = nested(topic_cls, "partition_data")
+
+    def produce(cid: int) -> memoryview:
+        return memoryview(encode_request(0, 13, cid, make(cls, transactional_id=None, acks=i16(-1),
+                          timeout=timedelta(seconds=1), topic_data=(make(topic_cls, topic_id=topic_id, partition_data=(
+                              make(part_cls, index=i32(0), records=record_batch(b"v")),)),))))
+
+    out: list = []
+    assert core.dispatch(produce(1), out) is False and core.dispatch(produce(2), out) is False
+    assert len(calls) == 1  # the second on the memo's word
+    gw.authorizer.load_snapshot({})
+    assert core.dispatch(produce(3), out) is True and len(out) == 2
+    response = decode_response(0, 13, memoryview(core.pending[-1].data), 9)  # (a flexible header)
+    assert int(response.responses[0].partition_responses[0].error_code) == TOPIC_AUTHORIZATION_FAILED
 
 
 # -- the usual Fetch of a session, forwarded on the memo's word alone (ApiSpec.sole_action) ------

@@ -1,11 +1,11 @@
 """The data plane's express dispatch (``gateway/connection/_plane_steps.c``, ``express``) against
 its reference, ``ConnectionCore.dispatch``: the usual Produce request forwarded on the decision
-memo's word (without an authorizer, as it is) without the interpreter, and everything else left
-to the reference untouched.
+memo's word (without an authorizer, as it is; v13's topic id named as the gateway learned it)
+without the interpreter, and everything else left to the reference untouched.
 
 Every case runs the same requests and the same changes (the ACLs revoked and granted again, the
 principal, the audit log at DEBUG, an audit sink, the routes, the upstream, a SASL session, the
-size above which a request is large) on two production gateways: one side as the data plane runs
+size above which a request is large, the topic ids learned) on two production gateways: one side as the data plane runs
 a request (the express path first, then ``dispatch`` when it declines), the other with
 ``dispatch`` alone; and the same without an authorizer.  After each request both must have
 answered and forwarded the same, kept the same slots, deferred the same counts and told the
@@ -32,6 +32,8 @@ from gateway.connection.core import CloseConnection
 from gateway.upstream.cluster import encode_request
 from protocol.codecs import make, nested, request_class
 from tests.support.kio_samples import record_batch
+from protocol.apis.api_versions import VersionRange, advertised_versions
+from protocol.apis.registry import LOCAL_KEYS, REGISTRY
 from tests.unit.gateway.test_connection_core import _core, _gateway, _learn_versions
 from tests.unit.gateway.test_decision_memo import _setup, _write_acl
 
@@ -55,12 +57,27 @@ def _produce(rng: random.Random, topics: list, version: int, acks: int, client: 
         if damaged:
             batch[16] = 1
         parts = tuple(make(part_cls, index=i32(p), records=bytes(batch)) for p in range(n))
-        named = {"topic_id": uuid.UUID(int=hash(name) & ((1 << 128) - 1))} if version >= 13 else {"name": name}
+        named = {"topic_id": _ID[name]} if version >= 13 else {"name": name}
         entries.append(make(topic_cls, partition_data=parts, **named))
     body = make(cls, transactional_id="tx" if attributes else None, acks=i16(acks),
                 timeout=timedelta(milliseconds=rng.choice([0, 1500, 30_000])), topic_data=tuple(entries))
     frame = encode_request(0, version, rng.randrange(1 << 31), body)
     return memoryview(frame.replace(b"\x00\x03kgw", b"\x00\x03" + b"k%02d" % client, 1))
+
+
+#: the topics' ids (v13 names them by id); the gateways learned all but the last
+_ID = {name: uuid.uuid5(uuid.NAMESPACE_URL, name) for name in ("express-orders", "express-other", "express-unknown")}
+
+
+def _learn(gw) -> None:
+    """What the gateway knows once the upstream answered ApiVersions (Produce up to v13) and
+    Metadata (the ids of two topics)."""
+    _learn_versions(gw)
+    gw.cluster.versions = {**gw.cluster.versions, 0: VersionRange(3, 13)}
+    gw._advertised = advertised_versions(gw.cluster.versions, LOCAL_KEYS, REGISTRY, gw.authorizer is not None)
+    gw._advertised_for = gw.cluster.versions
+    for name in ("express-orders", "express-other"):
+        gw.topic_ids.learn(name, _ID[name])
 
 
 class _Side:
@@ -75,8 +92,8 @@ class _Side:
                                                                                 "express-orders")
         else:
             self.gw = _gateway()
-            _learn_versions(self.gw)
             self.core, self.calls, self.registry = _core(self.gw), [], None
+        _learn(self.gw)
         self.core.lane = SimpleNamespace(deferred=[])
         self.out: list = []
         self.expressed = 0
@@ -118,6 +135,11 @@ class _Side:
             core.principal = KafkaPrincipal("User", "express-other" if what == "principal" else "express-writer")
         elif what in ("sink", "undo sink"):
             authorizer.audit_sinks = (SimpleNamespace(publish=lambda *a: None),) if what == "sink" else ()
+        elif what in ("ids", "undo ids"):  # the ids learned forgotten (a cache that evicted them)
+            if what == "ids":
+                self.gw.topic_ids.clear()
+            else:
+                _learn(self.gw)
         elif what == "routes":
             core._routes_for = None  # (as a new advertised table makes them)
         elif what in ("upstream", "undo upstream"):
@@ -140,13 +162,13 @@ class _Side:
 
 
 #: changes of state, each undone a few requests later; "routes" and "completed" are not undone
-_CHANGES = ("revoke", "principal", "sink", "upstream", "session", "debug", "limits", "routes", "completed",
-            "completed")
+_CHANGES = ("revoke", "principal", "sink", "upstream", "session", "debug", "limits", "ids", "routes",
+            "completed", "completed")
 
 
 def _request(rng: random.Random) -> memoryview:
     roll = rng.random()
-    version = rng.choice([3, 8, 9, 11])  # (v12 and v13: not advertised by this upstream)
+    version = rng.choice([3, 8, 9, 11, 12, 13, 13])
     acks = rng.choice([-1, -1, 1, 0])
     client = rng.randrange(3)
     if roll < 0.55:  # the usual request
@@ -160,7 +182,7 @@ def _request(rng: random.Random) -> memoryview:
     if roll < 0.86:
         return _produce(rng, [("express-orders", 1)], version, acks, client, damaged=True)
     if roll < 0.90:
-        return _produce(rng, [("express-orders", 1)], 13, acks, client)  # not advertised: closed
+        return _produce(rng, [("express-unknown", 1)], 13, acks, client)  # an id not learned
     if roll < 0.94:  # another API: never the express path's
         cls = request_class(3, 9)
         topic = nested(cls, "topics")
