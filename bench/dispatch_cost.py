@@ -80,7 +80,7 @@ def measure(version: int, acls: int, requests: int, api: str = "produce") -> dic
             gw.authorizer.complete_initial_load()
             gw.authorizer.monitor(gw.metrics.registry)  # as the gateway does at start: decisions counted
         gw.cluster.versions = {key: VersionRange(0, 16) for key in REGISTRY}
-        gw.cluster.versions[0] = VersionRange(3, 12)
+        gw.cluster.versions[0] = VersionRange(3, 13)
         gw.cluster.versions[1] = VersionRange(4, 17)
         gw.topic_ids.learn("bench-dispatch", _TOPIC_ID)
         gw._advertised = advertised_versions(gw.cluster.versions, LOCAL_KEYS, REGISTRY, gw.authorizer is not None)
@@ -99,10 +99,11 @@ def measure(version: int, acls: int, requests: int, api: str = "produce") -> dic
     resp_cls = response_class(0, version)
     rtopic_cls = nested(resp_cls, "responses")
     rpart_cls = nested(rtopic_cls, "partition_responses")
+    named = {"topic_id": _TOPIC_ID} if version >= 13 else {"name": "bench-dispatch"}  # (v13: by the id learned)
     request = make(req_cls, transactional_id=None, acks=i16(1), timeout=timedelta(seconds=30), topic_data=(
-        make(topic_cls, name="bench-dispatch", partition_data=(
-            make(part_cls, index=i32(0), records=record_batch(b"x" * 100)),)),))
-    response = encode(make(resp_cls, throttle_time=timedelta(0), responses=(make(rtopic_cls, name="bench-dispatch",
+        make(topic_cls, partition_data=(
+            make(part_cls, index=i32(0), records=record_batch(b"x" * 100)),), **named),))
+    response = encode(make(resp_cls, throttle_time=timedelta(0), responses=(make(rtopic_cls, **named,
         partition_responses=(make(rpart_cls, index=i32(0), error_code=ErrorCode(0), base_offset=i64(7),
                                   log_append_time=None, log_start_offset=i64(0), record_errors=(),
                                   error_message=None),)),)))
@@ -227,7 +228,7 @@ def main() -> int:
     ap.add_argument("--against", metavar="COMMIT", help="also measure this commit's code, interleaved")
     ap.add_argument("--api", choices=("produce", "fetch"), default="produce",
                     help="one-record Produce requests, or a consumer's usual Fetch (incremental, on a session)")
-    ap.add_argument("--version", type=int, help="request version (Produce 3-12, default 9; Fetch 4-17, default 17)")
+    ap.add_argument("--version", type=int, help="request version (Produce 3-13, default 9, v13 naming its topic by an id learned; Fetch 4-17, default 17)")
     ap.add_argument("--acls", type=int, default=1000, help="ACLs on the authorized side (default 1000)")
     ap.add_argument("--requests", type=int, default=5000, help="timed requests per side and round")
     ap.add_argument("--rounds", type=int, default=5)
