@@ -286,11 +286,13 @@ def test_a_produce_naming_its_topic_by_id_is_asked_about_the_name_learned():
     assert sole(uuid.uuid4()) is None
 
 
-def test_a_v13_produce_by_a_learned_id_is_refused_as_soon_as_its_acl_goes():
-    """The memo's word for a topic named by id holds exactly as long as for one named by name."""
-    gw, core, acl_id, calls, _ = _setup("User:memo-id-writer", "memo-id-orders")
-    topic_id = uuid.uuid4()
-    gw.topic_ids.learn("memo-id-orders", topic_id)
+def _v13_setup(principal: str, topics: list[str]):
+    """_setup's gateway advertising Produce v13, the ids of ``topics`` learned (the first one's
+    writable by ``principal``); and a maker of a v13 Produce to a topic by its id."""
+    gw, core, acl_id, calls, registry = _setup(principal, topics[0])
+    ids = {name: uuid.uuid4() for name in topics}
+    for name, topic_id in ids.items():
+        gw.topic_ids.learn(name, topic_id)
     gw.cluster.versions = {**gw.cluster.versions, 0: VersionRange(3, 13)}
     gw._advertised = advertised_versions(gw.cluster.versions, LOCAL_KEYS, REGISTRY, True)
     gw._advertised_for = gw.cluster.versions
@@ -298,18 +300,39 @@ def test_a_v13_produce_by_a_learned_id_is_refused_as_soon_as_its_acl_goes():
     topic_cls = nested(cls, "topic_data")
     part_cls = nested(topic_cls, "partition_data")
 
-    def produce(cid: int) -> memoryview:
+    def produce(name: str, cid: int) -> memoryview:
         return memoryview(encode_request(0, 13, cid, make(cls, transactional_id=None, acks=i16(-1),
-                          timeout=timedelta(seconds=1), topic_data=(make(topic_cls, topic_id=topic_id, partition_data=(
+                          timeout=timedelta(seconds=1), topic_data=(make(topic_cls, topic_id=ids[name], partition_data=(
                               make(part_cls, index=i32(0), records=record_batch(b"v")),)),))))
 
+    return gw, core, calls, produce
+
+
+def _v13_error(core) -> int:
+    response = decode_response(0, 13, memoryview(core.pending[-1].data), 9)  # (a flexible header)
+    return int(response.responses[0].partition_responses[0].error_code)
+
+
+def test_a_v13_produce_by_a_learned_id_is_refused_as_soon_as_its_acl_goes():
+    """The memo's word for a topic named by id holds exactly as long as for one named by name."""
+    gw, core, calls, produce = _v13_setup("User:memo-id-writer", ["memo-id-orders"])
     out: list = []
-    assert core.dispatch(produce(1), out) is False and core.dispatch(produce(2), out) is False
+    assert core.dispatch(produce("memo-id-orders", 1), out) is False
+    assert core.dispatch(produce("memo-id-orders", 2), out) is False
     assert len(calls) == 1  # the second on the memo's word
     gw.authorizer.load_snapshot({})
-    assert core.dispatch(produce(3), out) is True and len(out) == 2
-    response = decode_response(0, 13, memoryview(core.pending[-1].data), 9)  # (a flexible header)
-    assert int(response.responses[0].partition_responses[0].error_code) == TOPIC_AUTHORIZATION_FAILED
+    assert core.dispatch(produce("memo-id-orders", 3), out) is True and len(out) == 2
+    assert _v13_error(core) == TOPIC_AUTHORIZATION_FAILED
+
+
+def test_a_remembered_topic_does_not_carry_another_learned_id():
+    """Two ids learned, one topic writable: after the first was allowed (and remembered), the
+    other's id is asked about under its own name, and refused."""
+    gw, core, calls, produce = _v13_setup("User:memo-ids", ["memo-ids-mine", "memo-ids-theirs"])
+    out: list = []
+    assert core.dispatch(produce("memo-ids-mine", 1), out) is False
+    assert core.dispatch(produce("memo-ids-theirs", 2), out) is True and len(out) == 1
+    assert _v13_error(core) == TOPIC_AUTHORIZATION_FAILED
 
 
 # -- the usual Fetch of a session, forwarded on the memo's word alone (ApiSpec.sole_action) ------
