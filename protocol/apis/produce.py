@@ -467,21 +467,21 @@ def _rewrite(version: int, frame: memoryview, offset: int, nodes: NodeMap) -> by
 _TOPIC, _WRITE = ResourceType.TOPIC, AclOperation.WRITE
 
 
-def _sole_action(header: RequestHeader, info: RequestInfo, _state: Any = None, topics: Any = None) -> Action | None:
+def _sole_action(header: RequestHeader, info: RequestInfo, _state: Any = None, topic_ids: Any = None) -> Action | None:
     """The usual request (one topic, by name or, v13+, by an id the gateway learned; no
     transactional batch; every batch valid): :func:`_enforce` asks TOPIC WRITE on that topic,
     counted once per partition, and forwards the request as it is when it is allowed.  None
     for any other shape (an id not learned included: the enforcement answers it)."""
     shape: ProduceShape = info.decoded
-    entries = shape.topics
-    if shape.transactional or shape.any_invalid or len(entries) != 1:
+    topics = shape.topics
+    if shape.transactional or shape.any_invalid or len(topics) != 1:
         return None
-    t = entries[0]
+    t = topics[0]
     name = t.name
     if name is None:  # v13+: by id, named as the enforcement names it (AuthHelper.topic_name)
-        if topics is None or t.topic_id is None:
+        if topic_ids is None or t.topic_id is None:
             return None
-        name = topics.name_of(t.topic_id)
+        name = topic_ids.name_of(t.topic_id)
         if name is None:
             return None
     return literal_action(_TOPIC, name, _WRITE, len(t.partitions))
