@@ -30,10 +30,10 @@ from gateway.auth.sasl import SaslState
 from gateway.connection import _plane_steps
 from gateway.connection.core import CloseConnection
 from gateway.upstream.cluster import encode_request
-from protocol.codecs import make, nested, request_class
-from tests.support.kio_samples import record_batch
 from protocol.apis.api_versions import VersionRange, advertised_versions
 from protocol.apis.registry import LOCAL_KEYS, REGISTRY
+from protocol.codecs import make, nested, request_class
+from tests.support.kio_samples import record_batch
 from tests.unit.gateway.test_connection_core import _core, _gateway, _learn_versions
 from tests.unit.gateway.test_decision_memo import _setup, _write_acl
 
