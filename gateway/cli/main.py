@@ -420,11 +420,18 @@ async def _local_broker(kind: str, port: int, data_dir: Path, kafka_libs: str | 
             yield
         finally:
             with trio.CancelScope(shield=True):
-                process.terminate()
-                with trio.move_on_after(10):
-                    await process.wait()
-                if process.returncode is None:
-                    process.kill()
+                await _stop_broker(process)
+
+
+async def _stop_broker(process, grace_s: float = 10.0) -> None:
+    """SIGTERM, ``grace_s`` seconds to exit, then SIGKILL; returns once the process is gone (waited
+    for: a broker still shutting down, or killed and not yet reaped, is never left behind)."""
+    process.terminate()
+    with trio.move_on_after(grace_s):
+        await process.wait()
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
 
 
 async def _broker(kind: str, port: int, data_dir: Path, kafka_libs: str | None) -> None:
