@@ -2057,17 +2057,14 @@ static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
         goto out;
     if (!PyList_CheckExact(deferred))
         goto declined;
-    Py_ssize_t counted = PyList_GET_SIZE(deferred);
-    if (PyList_Append(deferred, PyTuple_GET_ITEM(route, 2)) < 0)  /* the request's counter, as _dispatch defers it */
-        goto out;
+    Py_ssize_t counted = PyList_GET_SIZE(deferred);  /* where the request's counter goes */
     if (authorized && (allowed = call_method(memo, S_allows, action, deferred)) == NULL)
         goto out;
     truth = authorized ? PyObject_IsTrue(allowed) : 1;
-    if (truth <= 0) {  /* not the memo's to allow: _dispatch enforces it (the counter taken back) */
-        if (PyList_GET_SIZE(deferred) > counted && PyList_SetSlice(deferred, counted, counted + 1, NULL) < 0)
-            goto out;
+    if (truth <= 0)  /* not the memo's to allow: _dispatch enforces it (the memo deferred nothing) */
         goto declined_or_failed;
-    }
+    if (PyList_Insert(deferred, counted, PyTuple_GET_ITEM(route, 2)) < 0)  /* before the memo's count, as _dispatch */
+        goto out;
     /* from here on, what _dispatch does with a request it forwards on the memo's word */
     GET(client_id, header, S_client_id)
     if (PyObject_SetAttr(conn, S_client_id, client_id) < 0)

@@ -95,6 +95,7 @@ class _Side:
             self.core, self.calls, self.registry = _core(self.gw), [], None
         _learn(self.gw)
         self.core.lane = SimpleNamespace(deferred=[])
+        self.limits = (self.core._offload_request, self.core._offload_produce)  # (restored by "undo limits")
         self.out: list = []
         self.expressed = 0
 
@@ -153,7 +154,6 @@ class _Side:
                 SimpleNamespace(state=SaslState.COMPLETE, expires_at=1.0, expects_raw_token=False,  # (KIP-368)
                                 authenticated=True, principal=None, expired=lambda now: True, lifetime_ms=1)]))
         elif what in ("limits", "undo limits"):  # large requests: above offload_request (and offload_produce)
-            self.limits = getattr(self, "limits", (core._offload_request, core._offload_produce))
             core._offload_request, core._offload_produce = self.limits if what == "undo limits" else (
                 100, rng.choice([100, 1 << 20]))
         elif what == "completed":  # the upstream answered the oldest request
