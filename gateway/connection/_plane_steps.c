@@ -371,6 +371,212 @@ out:
     return done;
 }
 
+/* ---------------------------------------------------------------- the decision memo in C
+ * authz/standard_authorizer.py's StandardDecisionMemo.allows and inc, for a memo of exactly that
+ * class (configure_memo names it, with authz/metrics.py's AuthorizerMetrics, the audit logger's
+ * class and the audit logger, time.monotonic and the metrics' sample window): what they decide and
+ * count, without their frames.  memo_allows answers yes only where allows() would (the action
+ * remembered by its id, the authorizer's snapshot the one it was remembered in, no audit sink, the
+ * audit logger known, by its own cache, not to log DEBUG; the memo then put on `later` when the
+ * authorizer counts) and, for anything else, "not known here" having changed nothing (the
+ * dispatcher then asks allows() itself).  memo_count adds an allowance to the listener's tally and
+ * the current rate window as AuthorizerMetrics.record does under its lock, when that lock is free,
+ * the tally there and the window current; otherwise inc() records it.  A memo of another class is
+ * asked and counted through its methods.  tests/unit/gateway/test_express.py holds both to the
+ * methods. */
+static PyObject *M_MEMO, *M_METRICS, *M_LOGGER_CLASS, *M_LOGGER, *M_MONOTONIC, *M_DEBUG;
+static double M_WINDOW_S;
+static PyObject *S__allowed, *S__authorizer, *S__data, *S_audit_sinks, *S__metrics, *S_disabled, *S__cache,
+    *S__clock, *S__lock, *S__tallies, *S__window, *S_last, *S__listener, *S_acquire, *S_release, *S_allows, *S_append;
+static double monotonic_now(void);
+static int memo_count(PyObject *memo);
+
+/* whether the audit logger is known, by its level cache, not to log DEBUG (isEnabledFor(DEBUG)
+ * False): 1, 0 (it logs DEBUG, or its cache does not say yet), -1 with an exception set */
+static int audit_silent(void)
+{
+    if (M_LOGGER == NULL || (PyObject *)Py_TYPE(M_LOGGER) != M_LOGGER_CLASS)
+        return 0;
+    int disabled = attr_true(M_LOGGER, S_disabled);
+    if (disabled != 0)
+        return disabled;  /* (a disabled logger logs nothing) */
+    PyObject *cache = PyObject_GetAttr(M_LOGGER, S__cache);
+    if (cache == NULL)
+        return -1;
+    PyObject *known = PyDict_CheckExact(cache) ? PyDict_GetItemWithError(cache, M_DEBUG) : NULL;
+    Py_DECREF(cache);
+    return known == Py_False ? 1 : (PyErr_Occurred() ? -1 : 0);
+}
+
+/* memo.allows(action, later): 1 allowed (and counted later), 0 not known here, -1 with an
+ * exception set */
+static int memo_allows(PyObject *memo, PyObject *action, PyObject *later)
+{
+    if (M_MEMO == NULL || (PyObject *)Py_TYPE(memo) != M_MEMO) {
+        PyObject *r = call_method(memo, S_allows, action, later);
+        if (r == NULL)
+            return -1;
+        int truth = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        return truth;
+    }
+    int result = -1;
+    PyObject *allowed = NULL, *key = NULL, *authorizer = NULL, *data = NULL, *remembered = NULL, *sinks = NULL,
+             *metrics = NULL;
+    if ((allowed = PyObject_GetAttr(memo, S__allowed)) == NULL || (key = PyLong_FromVoidPtr(action)) == NULL)
+        goto out;
+    PyObject *held = PyDict_CheckExact(allowed) ? PyDict_GetItemWithError(allowed, key) : NULL;  /* borrowed */
+    if (held != action)
+        goto no;
+    if ((authorizer = PyObject_GetAttr(memo, S__authorizer)) == NULL
+        || (data = PyObject_GetAttr(authorizer, S__data)) == NULL
+        || (remembered = PyObject_GetAttr(memo, S__data)) == NULL)
+        goto out;
+    if (data != remembered)
+        goto no;
+    if ((sinks = PyObject_GetAttr(authorizer, S_audit_sinks)) == NULL)
+        goto out;
+    int truth = PyObject_IsTrue(sinks);
+    if (truth != 0 || (truth = audit_silent()) != 1)
+        goto no;
+    if ((metrics = PyObject_GetAttr(authorizer, S__metrics)) == NULL)
+        goto out;
+    int counted = 0;  /* (allows' own order: without `later`, counted at once) */
+    if (metrics != Py_None)
+        counted = later == Py_None ? memo_count(memo)
+                  : (PyList_CheckExact(later) ? PyList_Append(later, memo) : call_for_effect(later, S_append, memo));
+    if (counted < 0)
+        goto out;
+    result = 1;
+    goto out;
+no:
+    result = PyErr_Occurred() ? -1 : 0;
+out:
+    Py_XDECREF(allowed); Py_XDECREF(key); Py_XDECREF(authorizer); Py_XDECREF(data); Py_XDECREF(remembered);
+    Py_XDECREF(sinks); Py_XDECREF(metrics);
+    return result;
+}
+
+/* lock.acquire(False) or lock.release(): 1 acquired / released, 0 not acquired, -1 error */
+static int lock_call(PyObject *lock, int acquire)
+{
+    PyObject *r = acquire ? call_method(lock, S_acquire, Py_False, NULL) : call_method(lock, S_release, NULL, NULL);
+    if (r == NULL)
+        return -1;
+    int truth = acquire ? PyObject_IsTrue(r) : 1;
+    Py_DECREF(r);
+    return truth;
+}
+
+/* memo.inc(): 0, or -1 with an exception set */
+static int memo_count(PyObject *memo)
+{
+    int result = -1, locked = 0;
+    PyObject *authorizer = NULL, *metrics = NULL, *clock = NULL, *lock = NULL, *tallies = NULL, *listener = NULL,
+             *window = NULL, *last = NULL;
+    if ((authorizer = PyObject_GetAttr(memo, S__authorizer)) == NULL
+        || (metrics = PyObject_GetAttr(authorizer, S__metrics)) == NULL)
+        goto out;
+    if (metrics == Py_None) {  /* (no metrics: inc counts nothing) */
+        result = 0;
+        goto out;
+    }
+    if ((PyObject *)Py_TYPE(metrics) != M_METRICS || (clock = PyObject_GetAttr(metrics, S__clock)) == NULL
+        || clock != M_MONOTONIC)
+        goto by_inc;
+    double now = monotonic_now();  /* (record reads its clock before it takes the lock) */
+    if ((lock = PyObject_GetAttr(metrics, S__lock)) == NULL || (locked = lock_call(lock, 1)) < 0)
+        goto out;
+    if (!locked)  /* held by a thread recording or reading: inc() waits for it */
+        goto by_inc;
+    if ((tallies = PyObject_GetAttr(metrics, S__tallies)) == NULL
+        || (listener = PyObject_GetAttr(memo, S__listener)) == NULL || (window = PyObject_GetAttr(metrics, S__window)) == NULL || (last = PyObject_GetAttr(window, S_last)) == NULL)
+        goto out;
+    PyObject *tally = PyDict_CheckExact(tallies) ? PyDict_GetItemWithError(tallies, listener) : NULL;  /* borrowed */
+    if (tally == NULL || !PyList_CheckExact(tally) || PyList_GET_SIZE(tally) != 2 || !PyList_CheckExact(last)
+        || PyList_GET_SIZE(last) != 3 || !PyFloat_CheckExact(PyList_GET_ITEM(last, 0)))
+        goto by_inc;  /* the listener's first count, or not the shapes record keeps */
+    if (now - PyFloat_AS_DOUBLE(PyList_GET_ITEM(last, 0)) >= M_WINDOW_S)
+        goto by_inc;  /* a new window begins: record's */
+    if (add_at(tally, 0, ONE) < 0 || add_at(last, 1, ONE) < 0)
+        goto out;
+    result = 0;
+    goto out;
+by_inc:
+    if (PyErr_Occurred())
+        goto out;
+    if (locked) {
+        locked = 0;
+        if (lock_call(lock, 0) < 0)
+            goto out;
+    }
+    result = call_for_effect(memo, S_inc, NULL);
+out:
+    if (locked && lock_call(lock, 0) < 0)
+        result = -1;
+    Py_XDECREF(authorizer); Py_XDECREF(metrics); Py_XDECREF(clock); Py_XDECREF(lock); Py_XDECREF(tallies);
+    Py_XDECREF(listener); Py_XDECREF(window); Py_XDECREF(last);
+    return result;
+}
+
+/* an object lane.deferred holds counted once: a per-thread counter child in its row, a decision
+ * memo's allowance as above, anything else by its inc() */
+static int count_one(PyObject *item)
+{
+    if (M_MEMO != NULL && (PyObject *)Py_TYPE(item) == M_MEMO)
+        return memo_count(item);
+    PyObject *row = COUNTER_CHILD != NULL && (PyObject *)Py_TYPE(item) == COUNTER_CHILD ? thread_row(item, 1) : NULL;
+    int counted = row == NULL ? (PyErr_Occurred() ? -1 : call_for_effect(item, S_inc, NULL)) : add_at(row, 0, ONE);
+    Py_XDECREF(row);
+    return counted;
+}
+
+static PyObject *count(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "count(counted) takes 1 argument");
+        return NULL;
+    }
+    if (count_one(args[0]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *memo_allows_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "memo_allows(memo, action, later) takes 3 arguments");
+        return NULL;
+    }
+    int allowed = memo_allows(args[0], args[1], args[2]);
+    return allowed < 0 ? NULL : PyBool_FromLong(allowed);
+}
+
+static PyObject *configure_memo(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "configure_memo(memo_class, metrics_class, logger_class, audit_logger, "
+                        "monotonic, window_s) takes 6 arguments");
+        return NULL;
+    }
+    if (!PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "configure_memo: memo_class, metrics_class and logger_class are classes");
+        return NULL;
+    }
+    double window = PyFloat_AsDouble(args[5]);
+    if (window == -1.0 && PyErr_Occurred())
+        return NULL;
+    PyObject *debug = PyLong_FromLong(10);  /* logging.DEBUG */
+    if (debug == NULL)
+        return NULL;
+    Py_XSETREF(M_DEBUG, debug);
+    PyObject **slots[5] = {&M_MEMO, &M_METRICS, &M_LOGGER_CLASS, &M_LOGGER, &M_MONOTONIC};
+    for (int i = 0; i < 5; i++)
+        Py_XSETREF(*slots[i], Py_NewRef(args[i]));
+    M_WINDOW_S = window;
+    Py_RETURN_NONE;
+}
+
 /* lane.metrics() (Lane.metrics, its reference, for a lane of the class configure_lane named):
  * each counter in lane.deferred counted once (its inc()), then the list emptied; 0, or -1 with an
  * exception set (the list left as it was).  Any other lane's own metrics() is called. */
@@ -388,9 +594,7 @@ static int count_deferred(PyObject *lane)
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(deferred); i++) {  /* (as a for loop over the list) */
         PyObject *item = Py_NewRef(PyList_GET_ITEM(deferred, i));
-        PyObject *row = COUNTER_CHILD != NULL && (PyObject *)Py_TYPE(item) == COUNTER_CHILD ? thread_row(item, 1) : NULL;
-        int counted = row == NULL ? (PyErr_Occurred() ? -1 : call_for_effect(item, S_inc, NULL)) : add_at(row, 0, ONE);
-        Py_XDECREF(row);
+        int counted = count_one(item);
         Py_DECREF(item);
         if (counted < 0)
             goto out;
@@ -999,7 +1203,7 @@ static PyObject *receive(PyObject *module, PyObject *const *args, Py_ssize_t nar
 static PyObject *NEED_DATA, *FRAME_ERROR, *CLOSE_ERROR, *CODEC_ERROR, *NEED_THROTTLE, *WRITE_FAILED;
 static Py_ssize_t QUANTUM, RECV, RECV_FRAME, RECV_INTO_MIN, HEAD;
 static PyObject *S_cdec, *S_udec, *S_n_in, *S_n_out, *S_post, *S_to_come, *S_in_frame, *S_buffered, *S_next_frame,
-    *S_dispatch, *S_append, *S_data, *S_last_read, *S_in_flight, *S_spec, *S_stream_response, *S_defer_from,
+    *S_dispatch, *S_data, *S_last_read, *S_in_flight, *S_spec, *S_stream_response, *S_defer_from,
     *S_heavy, *S_end, *S_open_splicing, *S_eof, *S_await, *MSG_HEAVY, *S_upstream,
     *S_upstream_closed, *S_frame;
 
@@ -1896,9 +2100,10 @@ HANDLER(flush_client, flush_client_impl(args[1]))
  * id the gateway learned (gw.topic_ids), each partition one batch produce_sole's walk passes, none
  * transactional; not large, as ConnectionCore._is_large says of a Produce request) on a connection
  * with no client quota, no SASL session or one plainly logged in (not expiring), its upstream open
- * and its routes current.  With an authorizer, only what its decision memo allows: the memo's own
- * allows() is asked, as _dispatch asks it, for the same Action object (protocol/auth_helper.py's
- * literal_action table; an action not made yet is not express), so the decision stays the memo's;
+ * and its routes current.  With an authorizer, only what its decision memo allows: the memo is
+ * asked, as _dispatch asks it, for the same Action object (protocol/auth_helper.py's literal_action
+ * table; an action not made yet is not express), by memo_allows (a StandardDecisionMemo's allows in
+ * C, yes only where allows says yes; any other memo's allows()), so the decision stays the memo's;
  * without one, any such request (_dispatch's enforcement forwards every Produce then).  It then
  * does what _dispatch does: the request's counter (and the memo's count) deferred on the lane, the
  * client id, the slot (its deadline the request timeout plus the Produce timeout) in pending and in
@@ -1910,7 +2115,7 @@ static PyObject *X_HEADER, *X_SOLE, *X_FORWARDED, *X_SOLE_ACTION, *X_PEEK, *X_AC
     *X_SLOT, *X_COMPLETE;
 static PyObject *S__quota_map, *S_auth, *S_session, *S_state, *S_expires_at, *S_gw, *S_advertised_cached,
     *S__routes_for, *S__routes, *S__offload_request, *S__memo, *S__context, *S_principal, *S__upstream,
-    *S_allows, *S_client_id, *S_lane, *S__request_timeout_s, *S__on_first_in_flight, *S_deadline, *S_size,
+    *S_client_id, *S_lane, *S__request_timeout_s, *S__on_first_in_flight, *S_deadline, *S_size,
     *S__offload_produce, *S_topic_ids, *S_name_of;
 
 /* A Slot (gateway/connection/core.py) as Slot(header, spec, None, sent_at, deadline) makes it,
@@ -1957,7 +2162,7 @@ static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
              *advertised = NULL, *routes_for = NULL, *routes = NULL, *body = NULL, *header = NULL, *key = NULL,
              *route = NULL, *memo = NULL, *context = NULL, *principal = NULL, *own = NULL, *upstream = NULL,
              *flexible = NULL, *hsize = NULL, *version = NULL, *api_key = NULL, *sole = NULL, *action_key = NULL,
-             *action = NULL, *lane = NULL, *deferred = NULL, *allowed = NULL, *client_id = NULL, *slot = NULL,
+             *action = NULL, *lane = NULL, *deferred = NULL, *client_id = NULL, *slot = NULL,
              *pending = NULL, *in_flight = NULL, *topic_ids = NULL, *named = NULL;
 
     GET(quota_map, conn, S__quota_map)
@@ -2058,9 +2263,7 @@ static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
     if (!PyList_CheckExact(deferred))
         goto declined;
     Py_ssize_t counted = PyList_GET_SIZE(deferred);  /* where the request's counter goes */
-    if (authorized && (allowed = call_method(memo, S_allows, action, deferred)) == NULL)
-        goto out;
-    truth = authorized ? PyObject_IsTrue(allowed) : 1;
+    truth = authorized ? memo_allows(memo, action, deferred) : 1;
     if (truth <= 0)  /* not the memo's to allow: _dispatch enforces it (the memo deferred nothing) */
         goto declined_or_failed;
     if (PyList_Insert(deferred, counted, PyTuple_GET_ITEM(route, 2)) < 0)  /* before the memo's count, as _dispatch */
@@ -2105,7 +2308,7 @@ out:
     Py_XDECREF(header); Py_XDECREF(key); Py_XDECREF(route); Py_XDECREF(memo); Py_XDECREF(context);
     Py_XDECREF(principal); Py_XDECREF(own); Py_XDECREF(upstream); Py_XDECREF(flexible); Py_XDECREF(hsize);
     Py_XDECREF(version); Py_XDECREF(api_key); Py_XDECREF(sole); Py_XDECREF(action_key); Py_XDECREF(action);
-    Py_XDECREF(lane); Py_XDECREF(deferred); Py_XDECREF(allowed); Py_XDECREF(client_id); Py_XDECREF(slot);
+    Py_XDECREF(lane); Py_XDECREF(deferred); Py_XDECREF(client_id); Py_XDECREF(slot);
     Py_XDECREF(pending); Py_XDECREF(in_flight); Py_XDECREF(topic_ids); Py_XDECREF(named);
     return result;
 }
@@ -2226,6 +2429,14 @@ static PyMethodDef methods[] = {
     {"configure_express", (PyCFunction)(void (*)(void))configure_express, METH_FASTCALL,
      "configure_express(request_header, produce_sole, forwarded, sole_action, peek, actions, topic, write, "
      "slot_class, sasl_complete): what express takes from protocol and gateway/connection/core.py"},
+    {"configure_memo", (PyCFunction)(void (*)(void))configure_memo, METH_FASTCALL,
+     "configure_memo(memo_class, metrics_class, logger_class, audit_logger, monotonic, window_s): the decision "
+     "memo whose allows and inc express and the lanes' counts do in C"},
+    {"memo_allows", (PyCFunction)(void (*)(void))memo_allows_py, METH_FASTCALL,
+     "memo_allows(memo, action, later) -> bool: memo.allows(action, later) where it is sure (False: not known here, "
+     "nothing done)"},
+    {"count", (PyCFunction)(void (*)(void))count, METH_FASTCALL,
+     "count(counted): counted.inc(), as the lanes count what a request deferred"},
     {"configure_core", (PyCFunction)(void (*)(void))configure_core, METH_FASTCALL,
      "configure_core(need_data, frame_error, close_error, codec_error): what the handlers and the pairing "
      "return and raise"},
@@ -2302,6 +2513,12 @@ PyMODINIT_FUNC PyInit__plane_steps(void)
         || intern(&S__on_first_in_flight, "_on_first_in_flight") || intern(&S_deadline, "deadline")
         || intern(&S_size, "size") || intern(&S__offload_produce, "_offload_produce")
         || intern(&S_topic_ids, "topic_ids") || intern(&S_name_of, "name_of"))
+        return NULL;
+    if (intern(&S__allowed, "_allowed") || intern(&S__authorizer, "_authorizer") || intern(&S__data, "_data")
+        || intern(&S_audit_sinks, "audit_sinks") || intern(&S__metrics, "_metrics") || intern(&S_disabled, "disabled")
+        || intern(&S__cache, "_cache") || intern(&S__clock, "_clock") || intern(&S__lock, "_lock")
+        || intern(&S__tallies, "_tallies") || intern(&S__window, "_window") || intern(&S_last, "last")
+        || intern(&S__listener, "_listener") || intern(&S_acquire, "acquire") || intern(&S_release, "release"))
         return NULL;
     MSG_HEAVY = Py_BuildValue("(s)", "heavy");
     if (MSG_HEAVY == NULL)

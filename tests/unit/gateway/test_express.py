@@ -9,9 +9,12 @@ size above which a request is large, the topic ids learned) on two production ga
 a request (the express path first, then ``dispatch`` when it declines), the other with
 ``dispatch`` alone; and the same without an authorizer.  After each request both must have
 answered and forwarded the same, kept the same slots, deferred the same counts and told the
-authorizer's metrics the same.  A request that must be refused (another topic, a
+authorizer's metrics the same (the data plane's side counting as the lanes do, the memo's
+allowances in C).  A request that must be refused (another topic, a
 revoked ACL, a transactional or damaged batch) is refused on both: the express path never
-forwards what the reference would not."""
+forwards what the reference would not.  The memo asked and counted in C (``memo_allows``,
+``count``) is held to its ``allows`` and ``inc`` where they differ in what C reads: the audit
+logger's level cache, the rate window's turn, the metrics' lock held elsewhere, another clock."""
 
 from __future__ import annotations
 
@@ -112,13 +115,18 @@ class _Side:
             result = ("closed", str(e), e.metric)
         deferred = [type(d).__name__ for d in self.core.lane.deferred]
         for counted in self.core.lane.deferred:  # as the lane counts them once the request is written
-            counted.inc()
+            if self.via_express:  # (the data plane's count: the memo's in C)
+                _plane_steps.count(counted)
+            else:
+                counted.inc()
         self.core.lane.deferred.clear()
         slots = [(s.header, s.spec.name, s.merge is None, s.quota, s.large, None if s.data is None else bytes(s.data),
                   round(s.deadline - s.sent_at, 6), getattr(s, "busy", "unset"), getattr(s, "throttle", "unset"))
                  for s in self.core.pending]
         metrics = [self.registry.get_sample_value(m, {"listener": "T"}) if self.registry else None
                    for m in _ALLOWED_METRICS]
+        window = self.gw.authorizer._metrics._window if self.registry else None
+        metrics.append(None if window is None else [s[1:] for s in window.samples])
         return (result, [bytes(f) for f in self.out[before:]], slots, len(self.core.in_flight), deferred,
                 self.core.client_id, metrics, len(self.calls))
 
@@ -270,3 +278,95 @@ def test_the_data_plane_takes_the_express_path():
     side.core.dispatch(frames[0], side.out)
     assert [express(side.core, f, side.out) for f in frames[1:]] == [True, True]
     assert len(side.core.pending) == 3 and len(side.calls) == 1
+
+
+def _remembered(seed: int) -> tuple:
+    """A side whose memo remembers the usual request's action (the reference dispatched it
+    once): the side, the memo, the action, the authorizer's metrics."""
+    side = _Side(True)
+    usual = _produce(random.Random(seed), [("express-orders", 1)], 9, -1, 1)
+    side.core.dispatch(usual, side.out)
+    memo = side.core._memo
+    (action,) = memo._allowed.values()
+    for counted in side.core.lane.deferred:
+        counted.inc()
+    side.core.lane.deferred.clear()
+    return side, memo, action, side.gw.authorizer._metrics
+
+
+def test_the_memo_asked_in_c_answers_as_allows_or_not_at_all():
+    """``memo_allows`` says yes only where ``allows`` does, and otherwise "not known here" with
+    nothing deferred: the dispatcher then asks ``allows`` (which may fill what C reads)."""
+    side, memo, action, _ = _remembered(21)
+    audit = logging.getLogger(AUDIT_LOGGER_NAME)
+    level, disabled = audit.level, audit.disabled
+    later: list = []
+    try:
+        assert _plane_steps.memo_allows(memo, action, later) is True and later == [memo]
+        audit.setLevel(logging.INFO)  # (the logger's level cache emptied: C does not know yet)
+        assert _plane_steps.memo_allows(memo, action, later) is False and later == [memo]
+        assert memo.allows(action, later) is True  # the reference knows, and fills the cache
+        assert _plane_steps.memo_allows(memo, action, later) is True and later == [memo] * 3
+        audit.disabled = True  # (a disabled logger logs nothing: allows says yes)
+        assert memo.allows(action, []) is True and _plane_steps.memo_allows(memo, action, later) is True
+        audit.disabled = False
+        audit.setLevel(logging.DEBUG)
+        assert memo.allows(action, []) is False and _plane_steps.memo_allows(memo, action, later) is False
+        audit.setLevel(logging.INFO)
+        memo.allows(action, [])
+        other = type(action)(action.operation, action.resource_pattern, 2, True, True)  # (not remembered)
+        assert _plane_steps.memo_allows(memo, other, later) is False
+        side.gw.authorizer._metrics = None  # nothing to count: allowed, nothing deferred
+        assert _plane_steps.memo_allows(memo, action, later) is True and len(later) == 4
+    finally:
+        audit.setLevel(level)
+        audit.disabled = disabled
+
+
+class _BusyLock:
+    """A lock another thread holds whenever it is tried without waiting (``acquire(False)``),
+    entered as ``record`` enters it."""
+
+    def __init__(self) -> None:
+        self.entered = 0
+
+    def acquire(self, blocking: bool = True) -> bool:
+        return blocking
+
+    def release(self) -> None:
+        pass
+
+    def __enter__(self):
+        self.entered += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def test_the_memo_counts_in_c_as_record_does():
+    """``count`` of a memo's allowance adds what ``inc`` adds, to the listener's tally and the
+    current rate window; where ``record`` would do more (the listener's first count, a new window,
+    another clock) or its lock is held elsewhere, ``inc`` records it."""
+    side, memo, action, metrics = _remembered(22)
+
+    def state() -> tuple:
+        return tuple(metrics._tallies["T"]), [tuple(s) for s in metrics._window.samples]
+
+    (allowed, denied), windows = state()
+    for _ in range(5):
+        _plane_steps.count(memo)
+    assert state() == ((allowed + 5, denied), windows[:-1] + [(windows[-1][0], windows[-1][1] + 5, windows[-1][2])])
+    metrics._window.last[0] -= 31.0  # the window is over: record begins the next
+    _plane_steps.count(memo)
+    assert len(metrics._window.samples) == 2 and metrics._window.last[1:] == [1, 0]
+    assert metrics._tallies["T"] == [allowed + 6, denied]
+    del metrics._tallies["T"]  # the listener's first count
+    _plane_steps.count(memo)
+    assert metrics._tallies["T"] == [1, 0]
+    busy = metrics._lock = _BusyLock()
+    _plane_steps.count(memo)
+    assert busy.entered == 1 and metrics._tallies["T"] == [2, 0]
+    metrics._clock = lambda: 1e9  # another clock: record reads it
+    _plane_steps.count(memo)
+    assert metrics._window.last == [1e9, 1, 0] and busy.entered == 2
