@@ -490,7 +490,8 @@ static int memo_count(PyObject *memo)
     if (!locked)  /* held by a thread recording or reading: inc() waits for it */
         goto by_inc;
     if ((tallies = PyObject_GetAttr(metrics, S__tallies)) == NULL
-        || (listener = PyObject_GetAttr(memo, S__listener)) == NULL || (window = PyObject_GetAttr(metrics, S__window)) == NULL || (last = PyObject_GetAttr(window, S_last)) == NULL)
+        || (listener = PyObject_GetAttr(memo, S__listener)) == NULL
+        || (window = PyObject_GetAttr(metrics, S__window)) == NULL || (last = PyObject_GetAttr(window, S_last)) == NULL)
         goto out;
     PyObject *tally = PyDict_CheckExact(tallies) ? PyDict_GetItemWithError(tallies, listener) : NULL;  /* borrowed */
     if (tally == NULL || !PyList_CheckExact(tally) || PyList_GET_SIZE(tally) != 2 || !PyList_CheckExact(last)
@@ -1066,7 +1067,20 @@ done:
 
 /* ---------------------------------------------------------------- reads */
 
-static PyObject *S_trusted, *S__buffer, *S_partial_space, *S_partial_filled, *S_receive_data;
+static PyObject *S_trusted, *S__buffer, *S_partial_space, *S_partial_filled, *S_receive_data, *S__size, *S__fill;
+/* protocol/framing.py's FrameDecoder (configure_decoder): its to_come and the first test of its
+ * partial_space read here from its fields, without their frames */
+static PyObject *DECODER_CLASS;
+
+static PyObject *configure_decoder(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1 || !PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "configure_decoder(frame_decoder) takes a class");
+        return NULL;
+    }
+    Py_XSETREF(DECODER_CLASS, Py_NewRef(args[0]));
+    Py_RETURN_NONE;
+}
 
 /* errno values os.read raises a ConnectionError for: the peer is gone (0: end of stream) */
 static int connection_error(int err)
@@ -1103,14 +1117,21 @@ static Py_ssize_t read_failed(int err)
 static Py_ssize_t receive_impl(int fd, PyObject *decoder, Py_ssize_t size, Py_ssize_t into_min)
 {
     int err;
-    /* (a client's decoder has a frame to read into only once that frame is nearly whole) */
     int in_place = attr_true(decoder, S_trusted);
-    if (in_place == 0) {
-        PyObject *buffer = PyObject_GetAttr(decoder, S__buffer);
-        if (buffer == NULL)
+    if (in_place == 0 || (in_place > 0 && DECODER_CLASS != NULL && (PyObject *)Py_TYPE(decoder) == DECODER_CLASS)) {
+        /* a client's decoder has a frame to read into only once that frame is nearly whole; a
+         * trusted FrameDecoder (partial_space's own first test) none while it defers nothing and
+         * assembles nothing in place */
+        int deferred = in_place > 0 ? attr_true(decoder, S_deferred) : 0;
+        if (deferred < 0)
             return -2;
-        in_place = buffer != Py_None;
-        Py_DECREF(buffer);
+        if (!deferred) {
+            PyObject *buffer = PyObject_GetAttr(decoder, S__buffer);
+            if (buffer == NULL)
+                return -2;
+            in_place = buffer != Py_None;
+            Py_DECREF(buffer);
+        }
     }
     if (in_place < 0)
         return -2;
@@ -1563,6 +1584,19 @@ out:
 
 /* DataPlane._read_client: a read of the client (the rest of a large request in reads of up to
  * RECV_FRAME), then its frames processed; the end of its stream ends the lane ("eof") */
+/* decoder.to_come (a FrameDecoder's from its fields: _size - _fill while a frame's size is known),
+ * or -1 with an exception set */
+static Py_ssize_t decoder_to_come(PyObject *dec)
+{
+    if (DECODER_CLASS == NULL || (PyObject *)Py_TYPE(dec) != DECODER_CLASS)
+        return attr_size(dec, S_to_come);
+    Py_ssize_t size = attr_size(dec, S__size);
+    if (size <= 0)
+        return size;  /* (0: no frame's size known yet; -1: the error) */
+    Py_ssize_t fill = attr_size(dec, S__fill);
+    return fill < 0 ? -1 : size - fill;
+}
+
 static int read_client_impl(PyObject *plane, PyObject *lane)
 {
     PyObject *dec = get_attr(lane, S_cdec);
@@ -1570,7 +1604,7 @@ static int read_client_impl(PyObject *plane, PyObject *lane)
         return -1;
     int done = -1;
     int ok = 1;
-    Py_ssize_t to_come = attr_size(dec, S_to_come);
+    Py_ssize_t to_come = decoder_to_come(dec);
     long fd = to_come < 0 ? 0 : attr_long(lane, S_cfd, &ok);
     if (to_come < 0 || !ok)
         goto out;
@@ -2142,6 +2176,62 @@ static PyObject *new_slot(PyObject *header, PyObject *spec, double sent_at, doub
     if ((var = PyObject_GetAttr(obj, name)) == NULL) \
         goto out;
 
+/* What express reads from the gateway and asks of the connection, without the frames of a
+ * property and a hook that do little (configure_gateway and configure_hooks name their classes
+ * and functions; any other class's are called): gateway/process/server.py's
+ * Gateway.advertised_cached, from its fields; the connection's _on_first_in_flight, not called
+ * where it is ConnectionCore's (it does nothing) or ClientConnection's while its upstream side has
+ * no cancel scope to move (it does nothing then either). */
+static PyObject *GATEWAY_CLASS, *HOOK_NONE, *HOOK_SCOPE, *S__advertised, *S__advertised_for, *S_cluster,
+    *S_versions, *S_upstream_side, *S_scope;
+
+/* gw.advertised_cached, a new reference (NULL with an exception set) */
+static PyObject *advertised_of(PyObject *gw)
+{
+    if (GATEWAY_CLASS == NULL || (PyObject *)Py_TYPE(gw) != GATEWAY_CLASS)
+        return PyObject_GetAttr(gw, S_advertised_cached);
+    PyObject *made_for = PyObject_GetAttr(gw, S__advertised_for);
+    PyObject *cluster = made_for == NULL ? NULL : PyObject_GetAttr(gw, S_cluster);
+    PyObject *versions = cluster == NULL ? NULL : PyObject_GetAttr(cluster, S_versions);
+    PyObject *result = versions == NULL ? NULL
+                       : (made_for == versions ? PyObject_GetAttr(gw, S__advertised) : Py_NewRef(Py_None));
+    Py_XDECREF(made_for);
+    Py_XDECREF(cluster);
+    Py_XDECREF(versions);
+    return result;
+}
+
+/* conn._on_first_in_flight(slot) where it does something: 0, or -1 with an exception set */
+static int first_in_flight(PyObject *conn, PyObject *slot)
+{
+    PyObject *hook = PyObject_GetAttr(conn, S__on_first_in_flight);
+    if (hook == NULL)
+        return -1;
+    int idle = 0;
+    if (PyMethod_Check(hook) && PyMethod_GET_SELF(hook) == conn) {
+        PyObject *fn = PyMethod_GET_FUNCTION(hook);
+        if (fn == HOOK_NONE) {
+            idle = 1;
+        } else if (fn == HOOK_SCOPE) {
+            PyObject *side = PyObject_GetAttr(conn, S_upstream_side);
+            PyObject *scope = side == NULL ? NULL : PyObject_GetAttr(side, S_scope);
+            Py_XDECREF(side);
+            if (scope == NULL) {
+                Py_DECREF(hook);
+                return -1;
+            }
+            idle = scope == Py_None;
+            Py_DECREF(scope);
+        }
+    }
+    PyObject *r = idle ? Py_NewRef(Py_None) : PyObject_CallOneArg(hook, slot);
+    Py_DECREF(hook);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
 {
     if (X_SLOT == NULL)
@@ -2190,7 +2280,8 @@ static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
     if (header == Py_None)
         goto declined;
     GET(gw, conn, S_gw)
-    GET(advertised, gw, S_advertised_cached)
+    if ((advertised = advertised_of(gw)) == NULL)
+        goto out;
     GET(routes_for, conn, S__routes_for)
     if (advertised == Py_None || advertised != routes_for)
         goto declined;
@@ -2290,7 +2381,7 @@ static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
         if (call_for_effect(pending, S_append, slot) < 0 || call_for_effect(in_flight, S_append, slot) < 0)
             goto out;
         Py_ssize_t n = PyObject_Length(in_flight);
-        if (n < 0 || (n == 1 && call_for_effect(conn, S__on_first_in_flight, slot) < 0))
+        if (n < 0 || (n == 1 && first_in_flight(conn, slot) < 0))
             goto out;
     }
     if (call_for_effect(uout, S_append, frame) < 0)
@@ -2341,6 +2432,27 @@ static PyObject *configure_express(PyObject *module, PyObject *const *args, Py_s
                             &X_WRITE, &X_SLOT, &X_COMPLETE};
     for (int i = 0; i < 10; i++)
         Py_XSETREF(*slots[i], Py_NewRef(args[i]));
+    Py_RETURN_NONE;
+}
+
+static PyObject *configure_gateway(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1 || !PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "configure_gateway(gateway_class) takes a class");
+        return NULL;
+    }
+    Py_XSETREF(GATEWAY_CLASS, Py_NewRef(args[0]));
+    Py_RETURN_NONE;
+}
+
+static PyObject *configure_hooks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyFunction_Check(args[0]) || !PyFunction_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "configure_hooks(does_nothing, moves_scope) takes two functions");
+        return NULL;
+    }
+    Py_XSETREF(HOOK_NONE, Py_NewRef(args[0]));
+    Py_XSETREF(HOOK_SCOPE, Py_NewRef(args[1]));
     Py_RETURN_NONE;
 }
 
@@ -2429,6 +2541,14 @@ static PyMethodDef methods[] = {
     {"configure_express", (PyCFunction)(void (*)(void))configure_express, METH_FASTCALL,
      "configure_express(request_header, produce_sole, forwarded, sole_action, peek, actions, topic, write, "
      "slot_class, sasl_complete): what express takes from protocol and gateway/connection/core.py"},
+    {"configure_decoder", (PyCFunction)(void (*)(void))configure_decoder, METH_FASTCALL,
+     "configure_decoder(frame_decoder): the decoder class whose to_come and partial_space the reads take "
+     "from its fields"},
+    {"configure_gateway", (PyCFunction)(void (*)(void))configure_gateway, METH_FASTCALL,
+     "configure_gateway(gateway_class): the gateway whose advertised_cached express reads from its fields"},
+    {"configure_hooks", (PyCFunction)(void (*)(void))configure_hooks, METH_FASTCALL,
+     "configure_hooks(does_nothing, moves_scope): ConnectionCore's and ClientConnection's _on_first_in_flight, "
+     "which express calls only where they do something"},
     {"configure_memo", (PyCFunction)(void (*)(void))configure_memo, METH_FASTCALL,
      "configure_memo(memo_class, metrics_class, logger_class, audit_logger, monotonic, window_s): the decision "
      "memo whose allows and inc express and the lanes' counts do in C"},
@@ -2473,7 +2593,8 @@ PyMODINIT_FUNC PyInit__plane_steps(void)
         || intern(&S_turns, "turns") || intern(&S_ready, "_ready") || intern(&S_commands, "_commands")
         || intern(&S_stop, "_stop") || intern(&S_next_tick, "_next_tick")
         || intern(&S_trusted, "trusted") || intern(&S__buffer, "_buffer") || intern(&S_partial_space, "partial_space")
-        || intern(&S_partial_filled, "partial_filled") || intern(&S_receive_data, "receive_data"))
+        || intern(&S_partial_filled, "partial_filled") || intern(&S_receive_data, "receive_data")
+        || intern(&S__size, "_size") || intern(&S__fill, "_fill"))
         return NULL;
     if (intern(&S_read_client, "_read_client") || intern(&S_read_upstream, "_read_upstream"))
         return NULL;
@@ -2518,7 +2639,10 @@ PyMODINIT_FUNC PyInit__plane_steps(void)
         || intern(&S_audit_sinks, "audit_sinks") || intern(&S__metrics, "_metrics") || intern(&S_disabled, "disabled")
         || intern(&S__cache, "_cache") || intern(&S__clock, "_clock") || intern(&S__lock, "_lock")
         || intern(&S__tallies, "_tallies") || intern(&S__window, "_window") || intern(&S_last, "last")
-        || intern(&S__listener, "_listener") || intern(&S_acquire, "acquire") || intern(&S_release, "release"))
+        || intern(&S__listener, "_listener") || intern(&S_acquire, "acquire") || intern(&S_release, "release")
+        || intern(&S__advertised, "_advertised") || intern(&S__advertised_for, "_advertised_for")
+        || intern(&S_cluster, "cluster") || intern(&S_versions, "versions") || intern(&S_upstream_side, "upstream_side")
+        || intern(&S_scope, "scope"))
         return NULL;
     MSG_HEAVY = Py_BuildValue("(s)", "heavy");
     if (MSG_HEAVY == NULL)

@@ -299,3 +299,11 @@ class ClientConnection(ConnectionCore):
             self._sending = False
             if self._answered is not None and not pending:
                 self._answered.set()
+
+
+try:  # the express dispatch calls the first-in-flight hooks only where they do something
+    from gateway.connection import _plane_steps
+except ImportError:  # pragma: no cover - a build without a compiler: the reference alone
+    pass
+else:
+    _plane_steps.configure_hooks(ConnectionCore._on_first_in_flight, ClientConnection._on_first_in_flight)

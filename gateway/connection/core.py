@@ -819,6 +819,7 @@ except ImportError:  # pragma: no cover - a build without a compiler: the refere
     _pairing = None
 else:
     _plane_steps.configure_core(NEED_DATA, FrameError, CloseConnection, CodecError)  # (the handlers' too)
+    _plane_steps.configure_decoder(FrameDecoder)  # (the reads take its to_come from its fields)
     _pairing = _plane_steps.complete_responses
     # The data plane's express dispatch of the usual Produce request (_plane_steps.c's express:
     # what _dispatch does with it, on the decision memo's word or without an authorizer), with

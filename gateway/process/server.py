@@ -400,3 +400,11 @@ class _HealthCounters:
         for result, count in gateway.cluster.reauthentications.items():
             reauth.add_metric([result], count)
         yield reauth
+
+
+try:  # the express dispatch reads Gateway.advertised_cached from its fields
+    from gateway.connection import _plane_steps
+except ImportError:  # pragma: no cover - a build without a compiler
+    pass
+else:
+    _plane_steps.configure_gateway(Gateway)

@@ -105,3 +105,41 @@ def test_a_client_announcing_a_huge_request_is_never_read_for_more_than_1_mib_at
             assert lane.cdec.next_frame() is NEED_DATA
     assert len(sizes) >= 2 and (1 << 20) <= max(sizes) < (1 << 20) + _OVERHEAD
     assert lane.cdec.allocated == 0  # (kept as the reads' own chunks until whole)
+
+
+def _send_rest(sock: socket.socket, data: bytes) -> None:
+    with contextlib.suppress(OSError):  # (the reader is closed once it read what the test looks at)
+        sock.sendall(data)
+
+
+def test_a_read_past_the_first_asks_for_what_is_still_to_come(handlers):
+    """A request of which 100 KB arrived and more than 256 KiB is still to come (not yet received
+    in place) is read for exactly what is to come of it, not for its whole announced size."""
+    wire = struct.pack(">i", (800 << 10) - 4) + os.urandom((800 << 10) - 4)
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    dp = data_plane.DataPlane()
+    dp._process_client = lambda lane: None
+    lane = SimpleNamespace(cfd=a.fileno(), cdec=FrameDecoder(128 << 20), n_in=0, conn=SimpleNamespace(last_read=0.0),
+                           closed=True, paused=False)
+    sizes: list[int] = []
+    tracemalloc.start()
+    writer = None
+    try:
+        b.sendall(wire[:100_000])
+        read_once(dp, lane, sizes)
+        assert lane.cdec.next_frame() is NEED_DATA  # (as the dispatch after each read asks)
+        to_come = lane.cdec.to_come
+        assert lane.n_in == 100_000 and to_come == len(wire) - 100_000 and lane.cdec._buffer is None
+        writer = threading.Thread(target=_send_rest, args=(b, wire[100_000:]))
+        writer.start()
+        read_once(dp, lane, sizes)
+    finally:
+        tracemalloc.stop()
+        a.close()
+        if writer is not None:
+            writer.join(10)
+        b.close()
+        dp._ep.close()
+        os.close(dp._wake)
+    assert to_come <= sizes[1] < to_come + _OVERHEAD

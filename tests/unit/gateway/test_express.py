@@ -4,10 +4,10 @@ memo's word (without an authorizer, as it is; v13's topic id named as the gatewa
 without the interpreter, and everything else left to the reference untouched.
 
 Every case runs the same requests and the same changes (the ACLs revoked and granted again, the
-principal, the audit log at DEBUG, an audit sink, the routes, the upstream, a SASL session, the
-size above which a request is large, the topic ids learned) on two production gateways: one side as the data plane runs
-a request (the express path first, then ``dispatch`` when it declines), the other with
-``dispatch`` alone; and the same without an authorizer.  After each request both must have
+principal, the audit log at DEBUG, an audit sink, the routes, the upstream's versions, the
+upstream, a SASL session, the size above which a request is large, the topic ids learned) on two
+production gateways: one side as the data plane runs a request (the express path first, then
+``dispatch`` when it declines), the other with ``dispatch`` alone; and the same without an authorizer.  After each request both must have
 answered and forwarded the same, kept the same slots, deferred the same counts and told the
 authorizer's metrics the same (the data plane's side counting as the lanes do, the memo's
 allowances in C).  A request that must be refused (another topic, a
@@ -25,13 +25,16 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
+import trio
 from kio.static.primitive import i16, i32
 
 from authz.audit import AUDIT_LOGGER_NAME
 from authz.principal import KafkaPrincipal
 from gateway.auth.sasl import SaslState
 from gateway.connection import _plane_steps
+from gateway.connection.client import ClientConnection
 from gateway.connection.core import CloseConnection
+from gateway.connection.upstream_side import UpstreamSide
 from gateway.upstream.cluster import encode_request
 from protocol.apis.api_versions import VersionRange, advertised_versions
 from protocol.apis.registry import LOCAL_KEYS, REGISTRY
@@ -151,6 +154,11 @@ class _Side:
                 _learn(self.gw)
         elif what == "routes":
             core._routes_for = None  # (as a new advertised table makes them)
+        elif what in ("versions", "undo versions"):  # the upstream's versions changed: the table not current
+            if what == "versions":
+                self.gw.cluster.versions = dict(self.gw.cluster.versions)
+            else:
+                self.gw._advertised_for = self.gw.cluster.versions
         elif what in ("upstream", "undo upstream"):
             core._upstream = None if what == "upstream" else object()
         elif what in ("session", "undo session"):
@@ -171,7 +179,7 @@ class _Side:
 
 #: changes of state, each undone a few requests later; "routes" and "completed" are not undone
 _CHANGES = ("revoke", "principal", "sink", "upstream", "session", "debug", "limits", "ids", "routes",
-            "completed", "completed")
+            "versions", "completed", "completed")
 
 
 def _request(rng: random.Random) -> memoryview:
@@ -267,6 +275,33 @@ def test_what_the_express_path_declines_it_leaves_untouched():
             setattr(side.core, state[0], saved)
     side.gw.authorizer.load_snapshot({})  # revoked: the memo no longer allows, and says so
     assert express(side.core, usual, side.out) is False and side.core.lane.deferred == []
+
+
+def test_the_first_request_in_flight_moves_the_upstream_deadline_where_there_is_one():
+    """A client connection's first request in flight moves its upstream side's deadline, as
+    ``_on_first_in_flight`` does; with no cancel scope there (on the data plane) nothing is to move."""
+    side = _Side(True)
+    rng = random.Random(5)
+    frames = [_produce(rng, [("express-orders", 1)], 9, -1, 1) for _ in range(3)]
+    side.core.dispatch(frames[0], side.out)  # (the memo remembers the action)
+    conn = ClientConnection.__new__(ClientConnection)
+    conn.__dict__.update(side.core.__dict__)
+    conn.upstream_side = UpstreamSide()
+    conn.pending.clear()
+    conn.in_flight.clear()
+    assert express(conn, frames[1], side.out) is True and conn.upstream_side.scope is None
+    conn.pending.clear()
+    conn.in_flight.clear()
+
+    async def main() -> None:
+        with trio.CancelScope() as scope:
+            conn.upstream_side.scope = scope
+            assert express(conn, frames[2], side.out) is True
+            moved = scope.deadline  # (inf before)
+            conn._on_first_in_flight(conn.in_flight[0])  # the reference, on the same slot
+            assert abs(scope.deadline - moved) < 0.5
+
+    trio.run(main)
 
 
 def test_the_data_plane_takes_the_express_path():
