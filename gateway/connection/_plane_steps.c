@@ -628,14 +628,20 @@ static PyObject *lane_metrics(PyObject *module, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
-static PyObject *configure_lane(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* configure_lane, configure_decoder, configure_gateway: the one class each names, kept in *slot */
+static PyObject *set_class(PyObject **slot, PyObject *const *args, Py_ssize_t nargs, const char *usage)
 {
     if (nargs != 1 || !PyType_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "configure_lane(lane_class) takes a class");
+        PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
-    Py_XSETREF(LANE_CLASS, Py_NewRef(args[0]));
+    Py_XSETREF(*slot, Py_NewRef(args[0]));
     Py_RETURN_NONE;
+}
+
+static PyObject *configure_lane(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return set_class(&LANE_CLASS, args, nargs, "configure_lane(lane_class) takes a class");
 }
 
 static PyObject *configure_metrics(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1074,12 +1080,7 @@ static PyObject *DECODER_CLASS;
 
 static PyObject *configure_decoder(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 1 || !PyType_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "configure_decoder(frame_decoder) takes a class");
-        return NULL;
-    }
-    Py_XSETREF(DECODER_CLASS, Py_NewRef(args[0]));
-    Py_RETURN_NONE;
+    return set_class(&DECODER_CLASS, args, nargs, "configure_decoder(frame_decoder) takes a class");
 }
 
 /* errno values os.read raises a ConnectionError for: the peer is gone (0: end of stream) */
@@ -2437,12 +2438,7 @@ static PyObject *configure_express(PyObject *module, PyObject *const *args, Py_s
 
 static PyObject *configure_gateway(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 1 || !PyType_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "configure_gateway(gateway_class) takes a class");
-        return NULL;
-    }
-    Py_XSETREF(GATEWAY_CLASS, Py_NewRef(args[0]));
-    Py_RETURN_NONE;
+    return set_class(&GATEWAY_CLASS, args, nargs, "configure_gateway(gateway_class) takes a class");
 }
 
 static PyObject *configure_hooks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
