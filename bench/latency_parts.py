@@ -14,6 +14,9 @@ produces, each followed by ``flush()``, through every side in an order shuffled 
 (``produce_latency_interleaved``); it prints each round's p50 / direct and the medians, and each
 proxy's CPU per request (its process's CPU over the round, warm-up included).
 
+The what-ifs patch Python: the usual Produce request, dispatched, decided and counted in C on the
+data plane since the express path, is out of their reach there (bench/whatif/sitecustomize.py).
+
 In process, the dispatcher costs a few microseconds (bench/dispatch_cost.py); a live request
 costs several times that, because the CPU ran the client, the broker and the other sides
 between two requests of one gateway and kgw's code and objects are out of its caches.  This

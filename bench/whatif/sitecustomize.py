@@ -12,7 +12,13 @@ checks, and nothing happens unless ``KGW_WHATIF`` is set.
 * ``memo-free``: the decision memo answers True without looking or counting;
 * ``no-counters``: nothing a request deferred is counted (kgw_requests_total, the memo's allowances);
 * ``inspect-once``: every Produce request is taken for the first one the gateway walked (its
-  topics, acks and timeout), so nothing is walked after it."""
+  topics, acks and timeout), so nothing is walked after it.
+
+They patch Python.  Since the data plane's express path (``gateway/connection/_plane_steps.c``:
+the usual Produce request dispatched in C, its memo asked and counted in C, its counters and
+latency added to per-thread rows in C) the usual one-record Produce no longer reaches what they
+patch: on the data plane they change only the requests the express path declines (and the
+lanes of another class), so a ``plain:forward-only`` gateway measures about what ``plain`` does."""
 
 import os
 
