@@ -7,11 +7,11 @@ Every case runs the same requests and the same changes (the ACLs revoked and gra
 principal, the audit log at DEBUG, an audit sink, the routes, the upstream's versions, the
 upstream, a SASL session, the size above which a request is large, the topic ids learned) on two
 production gateways: one side as the data plane runs a request (the express path first, then
-``dispatch`` when it declines), the other with ``dispatch`` alone; and the same without an authorizer.  After each request both must have
-answered and forwarded the same, kept the same slots, deferred the same counts and told the
-authorizer's metrics the same (the data plane's side counting as the lanes do, the memo's
-allowances in C).  A request that must be refused (another topic, a
-revoked ACL, a transactional or damaged batch) is refused on both: the express path never
+``dispatch`` when it declines), the other with ``dispatch`` alone; and the same without an
+authorizer.  After each request both must have answered and forwarded the same, kept the same
+slots, deferred the same counts and told the authorizer's metrics the same (the data plane's side
+counting as the lanes do, the memo's allowances in C).  A request that must be refused (another
+topic, a revoked ACL, a transactional or damaged batch) is refused on both: the express path never
 forwards what the reference would not.  The memo asked and counted in C (``memo_allows``,
 ``count``) is held to its ``allows`` and ``inc`` where they differ in what C reads: the audit
 logger's level cache, the rate window's turn, the metrics' lock held elsewhere, another clock."""
