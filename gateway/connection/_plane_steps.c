@@ -2271,11 +2271,15 @@ static int express_impl(PyObject *conn, PyObject *frame, PyObject *uout)
             goto declined;
     }
     Py_ssize_t offload = attr_size(conn, S__offload_request);
-    Py_ssize_t offload_produce = offload == -1 && PyErr_Occurred() ? -1 : attr_size(conn, S__offload_produce);
-    if (offload_produce == -1 && PyErr_Occurred())
+    if (offload == -1 && PyErr_Occurred())
         goto out;
-    if (size > offload && size > offload_produce)  /* a large Produce request: inspected on a worker thread */
-        goto declined;
+    if (size > offload) {  /* above Produce's own limit too, a large request: inspected on a worker thread */
+        Py_ssize_t offload_produce = attr_size(conn, S__offload_produce);
+        if (offload_produce == -1 && PyErr_Occurred())
+            goto out;
+        if (size > offload_produce)
+            goto declined;
+    }
     if ((body = PySequence_GetSlice(frame, 4, size)) == NULL || (header = PyObject_CallOneArg(X_HEADER, body)) == NULL)
         goto out;
     if (header == Py_None)
