@@ -373,8 +373,9 @@ out:
 
 /* ---------------------------------------------------------------- the decision memo in C
  * authz/standard_authorizer.py's StandardDecisionMemo.allows and inc, for a memo of exactly that
- * class (configure_memo names it, with authz/metrics.py's AuthorizerMetrics, the audit logger's
- * class and the audit logger, time.monotonic and the metrics' sample window): what they decide and
+ * class (configure_memo names it, with authz/metrics.py's AuthorizerMetrics, logging.Logger (whose
+ * isEnabledFor audit_silent mirrors: a logger of another class is never taken as silent here) and
+ * the audit logger, time.monotonic and the metrics' sample window): what they decide and
  * count, without their frames.  memo_allows answers yes only where allows() would (the action
  * remembered by its id, the authorizer's snapshot the one it was remembered in, no audit sink, the
  * audit logger known, by its own cache, not to log DEBUG; the memo then put on `later` when the

@@ -832,10 +832,14 @@ else:
         _plane_steps.configure_express(_native.request_header, _native.produce_sole, _FORWARDED,
                                        REGISTRY[0].sole_action, REGISTRY[0].peek, literal_actions(),
                                        ResourceType.TOPIC, AclOperation.WRITE, Slot, SaslState.COMPLETE)
-    # The StandardAuthorizer's decision memo asked and counted there, as its allows and inc do.
+    # The StandardAuthorizer's decision memo asked and counted there, as its allows and inc do
+    # (the audit logger's level read from its cache where it is a logging.Logger, whose
+    # isEnabledFor C mirrors).
+    import logging
+
     from authz.audit import audit_logger
     from authz.metrics import SAMPLE_WINDOW_S, AuthorizerMetrics
     from authz.standard_authorizer import StandardDecisionMemo
 
-    _plane_steps.configure_memo(StandardDecisionMemo, AuthorizerMetrics, type(audit_logger), audit_logger,
+    _plane_steps.configure_memo(StandardDecisionMemo, AuthorizerMetrics, logging.Logger, audit_logger,
                                 time.monotonic, SAMPLE_WINDOW_S)

@@ -349,13 +349,24 @@ def test_the_memo_asked_in_c_answers_as_allows_or_not_at_all():
         assert memo.allows(action, []) is False and _plane_steps.memo_allows(memo, action, later) is False
         audit.setLevel(logging.INFO)
         memo.allows(action, [])
+        audit.__class__ = _LoudLogger  # (another class's isEnabledFor: C does not read it)
+        assert memo.allows(action, []) is False and _plane_steps.memo_allows(memo, action, later) is False
+        audit.__class__ = logging.Logger
         other = type(action)(action.operation, action.resource_pattern, 2, True, True)  # (not remembered)
         assert _plane_steps.memo_allows(memo, other, later) is False
         side.gw.authorizer._metrics = None  # nothing to count: allowed, nothing deferred
         assert _plane_steps.memo_allows(memo, action, later) is True and len(later) == 4
     finally:
+        audit.__class__ = logging.Logger
         audit.setLevel(level)
         audit.disabled = disabled
+
+
+class _LoudLogger(logging.Logger):
+    """A logger class of its own, logging everything."""
+
+    def isEnabledFor(self, level: int) -> bool:
+        return True
 
 
 class _BusyLock:
